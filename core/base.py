@@ -1,0 +1,273 @@
+"""The sampler interface shared by every algorithm in :mod:`core.samplers`.
+
+A sampler is a module with the same names in each (BlackJAX style):
+
+``NAME``
+    The registry name (``"rwm"``, ``"kameleon"``, ...).
+``Params``
+    A frozen dataclass of options. Every field has a documented default; the
+    :func:`parse_params` helper validates a plain mapping of options into it.
+``State``
+    A frozen dataclass that carries everything the next transition needs and nothing
+    random: randomness comes from :func:`core.rng.generator`. Arrays in a state are
+    read-only float64 numpy arrays; a new state never shares a writeable buffer with
+    an old one.
+``make_params(dim, options, *, warmup) -> Params``
+    Validated options for a chain of dimension ``dim`` whose first ``warmup``
+    iterations are warm-up. Unknown options raise :class:`OptionError`.
+``init(position, params, *, seed, chain) -> State``
+    A chain waiting for its initial point to be evaluated.
+``ask(state, params) -> Proposal``
+    Everything before the log density is needed. Pure: the same state gives the
+    same proposal.
+``tell(state, params, proposal, logdensity) -> (State, StepInfo)``
+    Everything after. Never mutates its inputs.
+
+The split is at the log-density call, so the log density can be evaluated anywhere:
+in another process, another language, or as the log of an unbiased estimate
+(pseudo-marginal MCMC). The current state's log density is cached in the state and
+never asked for again; only proposals are evaluated.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = [
+    "FloatArray",
+    "Proposal",
+    "StepInfo",
+    "ChainState",
+    "Sampler",
+    "OptionError",
+    "Outcome",
+    "parse_params",
+    "frozen_array",
+    "metropolis_accept",
+    "tell_initial",
+    "reset",
+    "ADAPTATION_MODES",
+]
+
+FloatArray = npt.NDArray[np.float64]
+Outcome = Literal["initialized", "outside_support", "accepted", "rejected"]
+ADAPTATION_MODES = ("warmup", "diminishing")
+
+
+class OptionError(ValueError):
+    """An option is unknown, has the wrong type, or is out of range."""
+
+    def __init__(self, option: str, message: str) -> None:
+        super().__init__(f"{option}: {message}")
+        self.option = option
+        self.message = message
+
+
+def frozen_array(values: Any) -> FloatArray:
+    """A read-only float64 copy of ``values``."""
+    arr = np.array(values, dtype=np.float64)
+    arr.flags.writeable = False
+    return arr
+
+
+@dataclass(frozen=True, slots=True)
+class Proposal:
+    """A point that a chain needs evaluated.
+
+    Attributes
+    ----------
+    iteration
+        The iteration this proposal belongs to; 0 is the chain's initial point.
+    kind
+        ``"init"`` for the initial point, ``"proposal"`` for a Metropolis-Hastings
+        proposal.
+    position
+        The point, shape ``(dim,)``.
+    log_correction
+        Everything in the log acceptance ratio that is not the target: for an
+        asymmetric proposal ``log q(x | x*) - log q(x* | x)``, for HMC the change in
+        the momentum's log density. Zero for symmetric proposals.
+    """
+
+    iteration: int
+    kind: Literal["init", "proposal"]
+    position: FloatArray
+    log_correction: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class StepInfo:
+    """What one ``tell`` did; returned, never carried in the state."""
+
+    iteration: int
+    outcome: Outcome
+    acceptance_probability: float
+    is_warmup: bool
+
+
+class ChainState(Protocol):
+    """Fields that every sampler's state has."""
+
+    position: FloatArray
+    logdensity: float | None  # None: the initial point is not evaluated yet
+    iteration: int  # transitions done; draws recorded
+    accepted: int  # accepted transitions
+    epoch: int  # times a new initial point was set
+    seed: int
+    chain: int
+
+
+class Sampler(Protocol):
+    """The module interface (see the module docstring)."""
+
+    NAME: str
+    Params: type
+    State: type
+
+    def make_params(self, dim: int, options: Mapping[str, Any], *, warmup: int) -> Any: ...
+
+    def init(self, position: Any, params: Any, *, seed: int, chain: int) -> Any: ...
+
+    def ask(self, state: Any, params: Any) -> Proposal: ...
+
+    def tell(
+        self, state: Any, params: Any, proposal: Proposal, logdensity: float
+    ) -> tuple[Any, StepInfo]: ...
+
+
+# --------------------------------------------------------------------------- options
+
+
+def _check_type(name: str, value: Any, annotation: Any) -> Any:
+    """Coerce ``value`` to ``annotation`` (bool, int, float, str, Literal, Optional)."""
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        args = typing.get_args(annotation)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _check_type(name, value, arg)
+            except OptionError as exc:
+                errors.append(exc.message)
+        raise OptionError(name, "; ".join(errors))
+    if origin is Literal:
+        allowed = typing.get_args(annotation)
+        if value not in allowed:
+            raise OptionError(name, f"must be one of {list(allowed)}")
+        return value
+    if annotation is bool:
+        if not isinstance(value, bool):
+            raise OptionError(name, "must be a boolean")
+        return value
+    if annotation is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+                return int(value)
+            raise OptionError(name, "must be an integer")
+        return value
+    if annotation is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise OptionError(name, "must be a number")
+        value = float(value)
+        if not math.isfinite(value):
+            raise OptionError(name, "must be finite")
+        return value
+    if annotation is str:
+        if not isinstance(value, str):
+            raise OptionError(name, "must be a string")
+        return value
+    raise OptionError(name, f"unsupported option type {annotation!r}")  # pragma: no cover
+
+
+def parse_params(cls: type, options: Mapping[str, Any], **fixed: Any) -> Any:
+    """Build the frozen ``Params`` dataclass ``cls`` from user ``options``.
+
+    ``fixed`` are values set by the session, not by options (``dim``, ``warmup``).
+    Unknown options and options of the wrong type raise :class:`OptionError`; range
+    checks live in the dataclass's ``__post_init__``, which raises ``OptionError`` too.
+    """
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    settable = set(fields) - set(fixed)
+    unknown = sorted(set(options) - settable)
+    if unknown:
+        raise OptionError(unknown[0], f"unknown option; known options are {sorted(settable)}")
+    values = {name: _check_type(name, value, hints[name]) for name, value in options.items()}
+    return cls(**values, **fixed)
+
+
+def describe_params(cls: type, **fixed: Any) -> dict[str, Any]:
+    """The options of ``cls`` with their defaults (for documentation and summaries)."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.name in fixed or not f.init:
+            continue
+        if f.default is not dataclasses.MISSING:
+            out[f.name] = f.default
+    return out
+
+
+# --------------------------------------------------------------------------- steps
+
+
+def metropolis_accept(
+    logdensity_new: float, logdensity_old: float, log_correction: float, uniform: float
+) -> tuple[bool, float]:
+    """Metropolis-Hastings decision in log space.
+
+    Returns ``(is_accepted, acceptance_probability)`` with the probability clipped to
+    ``min(1, alpha)``. ``-inf`` for the new point (outside the support) always rejects.
+    """
+    if logdensity_new == -math.inf:
+        return False, 0.0
+    log_alpha = logdensity_new - logdensity_old + log_correction
+    if math.isnan(log_alpha):
+        raise ValueError("log acceptance ratio is NaN")
+    log_alpha = min(0.0, log_alpha)
+    return math.log(uniform) < log_alpha, math.exp(log_alpha)
+
+
+def tell_initial(state: Any, proposal: Proposal, logdensity: float) -> tuple[Any, StepInfo]:
+    """The shared ``tell`` for a chain's initial point.
+
+    A finite log density sets the chain's current state. ``-inf`` leaves the state as
+    it was: the chain waits for a new initial point (:func:`reset`).
+    """
+    if logdensity == -math.inf:
+        return state, StepInfo(state.iteration, "outside_support", 0.0, True)
+    return (
+        dataclasses.replace(state, logdensity=float(logdensity)),
+        StepInfo(state.iteration, "initialized", 1.0, True),
+    )
+
+
+def reset(state: Any, position: Any) -> Any:
+    """Give a chain a new initial point; its adaptation is kept, its epoch bumped."""
+    pos = frozen_array(position)
+    if pos.shape != state.position.shape:
+        raise ValueError(f"position must have shape {state.position.shape}")
+    return dataclasses.replace(state, position=pos, logdensity=None, epoch=state.epoch + 1)
+
+
+def check_tell(state: Any, proposal: Proposal, logdensity: float) -> None:
+    """Raise ``ValueError`` unless ``proposal`` is the one ``state`` is waiting for."""
+    if math.isnan(logdensity) or logdensity == math.inf:
+        raise ValueError("log density must be a number or -inf")
+    expected_kind = "init" if state.logdensity is None else "proposal"
+    expected_iteration = state.iteration if state.logdensity is None else state.iteration + 1
+    if proposal.kind != expected_kind or proposal.iteration != expected_iteration:
+        raise ValueError("proposal does not belong to this state")
+

@@ -1,0 +1,136 @@
+"""Random-walk Metropolis.
+
+Proposal ``x* = x + s * N(0, I)``, symmetric, accepted with the Metropolis ratio. The
+scale ``s`` starts at ``2.38 / sqrt(d)`` (Gelman, Roberts and Gilks 1996) and, during
+adaptation, follows a Robbins-Monro recursion on ``log s`` toward a target acceptance
+rate (0.234 by default) using the clipped acceptance probability.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+
+
+from core.adaptation import adapt_probability, learning_rate, robbins_monro
+from core.base import (
+    FloatArray,
+    OptionError,
+    Proposal,
+    StepInfo,
+    check_tell,
+    frozen_array,
+    metropolis_accept,
+    parse_params,
+    tell_initial,
+)
+from core.rng import Stream, generator
+from core.serialization import register
+
+__all__ = ["NAME", "Params", "State", "make_params", "init", "ask", "tell"]
+
+NAME = "rwm"
+
+
+@dataclass(frozen=True, slots=True)
+class Params:
+    """Options of random-walk Metropolis.
+
+    Attributes
+    ----------
+    scale
+        Initial proposal standard deviation per coordinate; default ``2.38 / sqrt(dim)``.
+    adapt_scale
+        Adapt ``scale`` toward ``target_acceptance`` (default true).
+    target_acceptance
+        Target of the scale adaptation (default 0.234).
+    adaptation
+        ``"warmup"`` (default): adapt during warm-up only; ``"diminishing"``: keep
+        adapting with vanishing probability.
+    """
+
+    dim: int
+    warmup: int
+    scale: float | None = None
+    adapt_scale: bool = True
+    target_acceptance: float = 0.234
+    adaptation: Literal["warmup", "diminishing"] = "warmup"
+
+    def __post_init__(self) -> None:
+        if self.scale is not None and not self.scale > 0:
+            raise OptionError("scale", "must be positive")
+        if not 0 < self.target_acceptance < 1:
+            raise OptionError("target_acceptance", "must be in (0, 1)")
+
+    @property
+    def initial_scale(self) -> float:
+        return self.scale if self.scale is not None else 2.38 / math.sqrt(self.dim)
+
+
+@register
+@dataclass(frozen=True, slots=True)
+class State:
+    position: FloatArray
+    logdensity: float | None
+    iteration: int
+    accepted: int
+    epoch: int
+    seed: int
+    chain: int
+    log_scale: float
+
+
+def make_params(dim: int, options: Mapping[str, Any], *, warmup: int) -> Params:
+    return parse_params(Params, options, dim=dim, warmup=warmup)  # type: ignore[no-any-return]
+
+
+def init(position: Any, params: Params, *, seed: int, chain: int) -> State:
+    return State(
+        position=frozen_array(position),
+        logdensity=None,
+        iteration=0,
+        accepted=0,
+        epoch=0,
+        seed=seed,
+        chain=chain,
+        log_scale=math.log(params.initial_scale),
+    )
+
+
+def ask(state: State, params: Params) -> Proposal:
+    if state.logdensity is None:
+        return Proposal(state.iteration, "init", state.position)
+    t = state.iteration + 1
+    rng = generator(state.seed, state.chain, t, Stream.PROPOSE)
+    x = state.position + math.exp(state.log_scale) * rng.standard_normal(params.dim)
+    return Proposal(t, "proposal", frozen_array(x))
+
+
+def tell(state: State, params: Params, proposal: Proposal, logdensity: float) -> tuple[State, StepInfo]:
+    check_tell(state, proposal, logdensity)
+    if proposal.kind == "init":
+        return tell_initial(state, proposal, logdensity)
+    assert state.logdensity is not None
+    t = proposal.iteration
+    rng = generator(state.seed, state.chain, t, Stream.ACCEPT)
+    u_accept, u_adapt = rng.random(2)
+    accepted, prob = metropolis_accept(logdensity, state.logdensity, proposal.log_correction, u_accept)
+    log_scale = state.log_scale
+    p_adapt = adapt_probability(t, warmup=params.warmup, mode=params.adaptation)
+    if params.adapt_scale and u_adapt < p_adapt:
+        log_scale = robbins_monro(log_scale, prob, params.target_acceptance, learning_rate(t))
+    new = dataclasses.replace(
+        state,
+        position=proposal.position if accepted else state.position,
+        logdensity=float(logdensity) if accepted else state.logdensity,
+        iteration=t,
+        accepted=state.accepted + accepted,
+        log_scale=log_scale,
+    )
+    return new, StepInfo(t, "accepted" if accepted else "rejected", prob, t <= params.warmup)
+
+

@@ -25,14 +25,16 @@ from core.base import FloatArray, frozen_array
 from core.serialization import register
 
 __all__ = [
-    "adapt_probability",
-    "robbins_monro",
-    "learning_rate",
     "Welford",
+    "adapt_probability",
+    "learning_rate",
+    "robbins_monro",
 ]
 
 
-def adapt_probability(iteration: int, *, warmup: int, mode: str, start: int = 0, kappa: float = 0.5) -> float:
+def adapt_probability(
+    iteration: int, *, warmup: int, mode: str, start: int = 0, kappa: float = 0.5
+) -> float:
     """Probability that iteration ``iteration`` (1-based) adapts.
 
     Nothing adapts before ``start``. In ``"warmup"`` mode every warm-up iteration adapts
@@ -43,17 +45,19 @@ def adapt_probability(iteration: int, *, warmup: int, mode: str, start: int = 0,
         return 0.0
     if mode == "warmup":
         return 1.0 if iteration <= warmup else 0.0
-    return min(1.0, float(iteration - start) ** -kappa)
+    return min(1.0, math.pow(iteration - start, -kappa))
 
 
 def learning_rate(iteration: int, start: int = 0, exponent: float = 0.5) -> float:
     """Robbins-Monro gain ``(t - start)^-exponent`` for ``t > start``, else 0."""
     if iteration <= start:
         return 0.0
-    return float(iteration - start) ** -exponent
+    return math.pow(iteration - start, -exponent)
 
 
-def robbins_monro(log_scale: float, acceptance_probability: float, target: float, rate: float) -> float:
+def robbins_monro(
+    log_scale: float, acceptance_probability: float, target: float, rate: float
+) -> float:
     """``log s <- log s + rate * (min(1, alpha) - target)``, kept within a sane range."""
     alpha = min(1.0, max(0.0, acceptance_probability))
     return min(50.0, max(-50.0, log_scale + rate * (alpha - target)))

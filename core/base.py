@@ -37,25 +37,25 @@ import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal, Protocol
+from typing import Any, Literal, Protocol
 
 import numpy as np
 import numpy.typing as npt
 
 __all__ = [
-    "FloatArray",
-    "Proposal",
-    "StepInfo",
+    "ADAPTATION_MODES",
     "ChainState",
-    "Sampler",
+    "FloatArray",
     "OptionError",
     "Outcome",
-    "parse_params",
+    "Proposal",
+    "Sampler",
+    "StepInfo",
     "frozen_array",
     "metropolis_accept",
-    "tell_initial",
+    "parse_params",
     "reset",
-    "ADAPTATION_MODES",
+    "tell_initial",
 ]
 
 FloatArray = npt.NDArray[np.float64]
@@ -147,6 +147,10 @@ class Sampler(Protocol):
 # --------------------------------------------------------------------------- options
 
 
+#: Largest integer option: exact in a JSON number in any language.
+MAX_OPTION_INT = 2**53
+
+
 def _check_type(name: str, value: Any, annotation: Any) -> Any:
     """Coerce ``value`` to ``annotation`` (bool, int, float, str, Literal, Optional)."""
     origin = typing.get_origin(annotation)
@@ -173,10 +177,12 @@ def _check_type(name: str, value: Any, annotation: Any) -> Any:
             raise OptionError(name, "must be a boolean")
         return value
     if annotation is int:
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
         if isinstance(value, bool) or not isinstance(value, int):
-            if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
-                return int(value)
             raise OptionError(name, "must be an integer")
+        if abs(value) > MAX_OPTION_INT:
+            raise OptionError(name, f"must be at most {MAX_OPTION_INT} in magnitude")
         return value
     if annotation is float:
         if isinstance(value, bool) or not isinstance(value, int | float):
@@ -233,11 +239,11 @@ def metropolis_accept(
     """
     if logdensity_new == -math.inf:
         return False, 0.0
-    log_alpha = logdensity_new - logdensity_old + log_correction
+    log_alpha = float(logdensity_new) - float(logdensity_old) + float(log_correction)
     if math.isnan(log_alpha):
         raise ValueError("log acceptance ratio is NaN")
     log_alpha = min(0.0, log_alpha)
-    return math.log(uniform) < log_alpha, math.exp(log_alpha)
+    return bool(math.log(uniform) < log_alpha), math.exp(log_alpha)
 
 
 def tell_initial(state: Any, proposal: Proposal, logdensity: float) -> tuple[Any, StepInfo]:
@@ -270,4 +276,3 @@ def check_tell(state: Any, proposal: Proposal, logdensity: float) -> None:
     expected_iteration = state.iteration if state.logdensity is None else state.iteration + 1
     if proposal.kind != expected_kind or proposal.iteration != expected_iteration:
         raise ValueError("proposal does not belong to this state")
-

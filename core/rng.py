@@ -9,11 +9,12 @@ the same proposal, and a chain can be replayed bit for bit from its seed and tol
 
 from __future__ import annotations
 
+import threading
 from enum import IntEnum
 
 import numpy as np
 
-__all__ = ["Stream", "generator", "MAX_SEED"]
+__all__ = ["MAX_SEED", "Stream", "fresh_generator", "generator"]
 
 MAX_SEED = 2**63 - 1
 
@@ -27,6 +28,22 @@ class Stream(IntEnum):
     SETUP = 3  # draws made once per chain (e.g. random Fourier features)
 
 
+_local = threading.local()
+
+
+def _cached(stream: int) -> tuple[np.random.Philox, np.random.Generator]:
+    pool: dict[int, tuple[np.random.Philox, np.random.Generator]] | None = getattr(
+        _local, "pool", None
+    )
+    if pool is None:
+        pool = _local.pool = {}
+    pair = pool.get(stream)
+    if pair is None:
+        bits = np.random.Philox(key=np.zeros(2, dtype=np.uint64))
+        pair = pool[stream] = (bits, np.random.Generator(bits))
+    return pair
+
+
 def generator(seed: int, chain: int, iteration: int, stream: Stream | int) -> np.random.Generator:
     """A generator that depends only on its arguments.
 
@@ -36,9 +53,35 @@ def generator(seed: int, chain: int, iteration: int, stream: Stream | int) -> np
         Key of the Philox generator: one independent family of streams per chain.
     iteration, stream
         The counter: one independent stream per iteration and purpose.
+
+    Notes
+    -----
+    Building a Philox generator costs more than a Metropolis step, so each thread keeps
+    one per stream and resets its key and counter here. The generator returned is
+    therefore valid until the next call with the same ``stream`` in the same thread:
+    draw what you need from it before asking for another of that stream.
     """
     if not (0 <= seed <= MAX_SEED and chain >= 0 and iteration >= 0 and stream >= 0):
         raise ValueError("seed, chain, iteration and stream must be non-negative")
+    bits, gen = _cached(int(stream))
+    bits.state = {
+        "bit_generator": "Philox",
+        "state": {
+            "counter": np.array([0, 0, int(stream), iteration], dtype=np.uint64),
+            "key": np.array([seed, chain], dtype=np.uint64),
+        },
+        "buffer": np.zeros(4, dtype=np.uint64),
+        "buffer_pos": 4,
+        "has_uint32": 0,
+        "uinteger": 0,
+    }
+    return gen
+
+
+def fresh_generator(
+    seed: int, chain: int, iteration: int, stream: Stream | int
+) -> np.random.Generator:
+    """Like :func:`generator`, but a new object that no later call touches."""
     key = np.array([seed, chain], dtype=np.uint64)
     counter = np.array([0, 0, int(stream), iteration], dtype=np.uint64)
     return np.random.Generator(np.random.Philox(key=key, counter=counter))

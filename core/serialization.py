@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 
-__all__ = ["SCHEMA_VERSION", "register", "encode", "decode", "to_jsonable", "from_jsonable"]
+__all__ = ["SCHEMA_VERSION", "decode", "encode", "from_jsonable", "register", "to_jsonable"]
 
 SCHEMA_VERSION = 1
 _REGISTRY: dict[str, type] = {}
@@ -36,19 +36,30 @@ def register(cls: type[T]) -> type[T]:
     """Class decorator: allow ``cls`` (a frozen dataclass) to be encoded and decoded."""
     if not dataclasses.is_dataclass(cls):
         raise TypeError("only dataclasses can be registered")
-    name = cls.__qualname__ if cls.__module__ == "__main__" else f"{cls.__module__}.{cls.__qualname__}"
+    name = (
+        cls.__qualname__ if cls.__module__ == "__main__" else f"{cls.__module__}.{cls.__qualname__}"
+    )
     _REGISTRY[name] = cls
     cls.__codec_name__ = name  # type: ignore[attr-defined]
+    cls.__codec_fields__ = tuple(f.name for f in dataclasses.fields(cls))  # type: ignore[attr-defined]
     return cls
+
+
+def _field_names(cls: Any) -> tuple[str, ...]:
+    names: tuple[str, ...] | None = cls.__dict__.get("__codec_fields__")
+    if names is None:
+        names = tuple(f.name for f in dataclasses.fields(cls))
+    return names
 
 
 def to_jsonable(value: Any) -> Any:
     """Plain JSON-able data for ``value`` (no NaN or infinity in the output)."""
-    if value is None or isinstance(value, bool | int | str):
-        return value
-    if isinstance(value, float):
+    kind = type(value)
+    if kind is float:
         return value if math.isfinite(value) else {"f": repr(value)}
-    if isinstance(value, np.ndarray):
+    if value is None or kind is int or kind is bool or kind is str:
+        return value
+    if kind is np.ndarray:
         code = "i8" if value.dtype.kind in "iu" else "f8"
         data = np.ascontiguousarray(value, dtype=_DTYPES[code]).tobytes()
         return {"a": code, "s": list(value.shape), "b": base64.b64encode(data).decode("ascii")}
@@ -62,7 +73,7 @@ def to_jsonable(value: Any) -> Any:
         name = getattr(type(value), "__codec_name__", None)
         if name is None:
             raise TypeError(f"{type(value).__name__} is not registered with the codec")
-        fields = {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        fields = {n: to_jsonable(getattr(value, n)) for n in _field_names(type(value))}
         return {"c": name, "v": fields}
     raise TypeError(f"cannot encode {type(value).__name__}")
 
@@ -102,7 +113,7 @@ def from_jsonable(doc: Any) -> Any:
     raise CodecError(f"cannot decode {type(doc).__name__}")
 
 
-def cold_fields(cls: type) -> tuple[str, ...]:
+def cold_fields(cls: Any) -> tuple[str, ...]:
     return tuple(getattr(cls, "COLD_FIELDS", ()))
 
 
@@ -120,12 +131,12 @@ def encode(state: Any, *, with_cold: bool = True) -> tuple[dict[str, Any], dict[
     cold_names = cold_fields(type(state))
     hot: dict[str, Any] = {}
     cold: dict[str, Any] = {}
-    for f in dataclasses.fields(state):
-        if f.name in cold_names:
+    for field_name in _field_names(type(state)):
+        if field_name in cold_names:
             if with_cold:
-                cold[f.name] = to_jsonable(getattr(state, f.name))
+                cold[field_name] = to_jsonable(getattr(state, field_name))
         else:
-            hot[f.name] = to_jsonable(getattr(state, f.name))
+            hot[field_name] = to_jsonable(getattr(state, field_name))
     return {"c": name, "v": hot, "schema_version": SCHEMA_VERSION}, cold
 
 

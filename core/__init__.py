@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from core.samplers import rwm
+from core.samplers import am, rwm
 
 __all__ = ["SAMPLERS", "get_sampler"]
 
 SAMPLERS: dict[str, ModuleType] = {
     rwm.NAME: rwm,
+    am.NAME: am,
 }
 
 

@@ -1,0 +1,320 @@
+"""The ask/tell contract of :mod:`core.base`, checked for every sampler in ``SAMPLERS``."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import struct
+import typing
+from collections.abc import Iterator
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import pytest
+
+from core import SAMPLERS
+from core.base import OptionError, Proposal, reset
+from core.run import run_chain, sample
+from core.serialization import decode, encode
+from core.targets import Gaussian
+
+TARGET = Gaussian([0.5, -1.0, 0.0], [[1.0, 0.5, 0.0], [0.5, 2.0, 0.3], [0.0, 0.3, 0.5]])
+DIM = TARGET.dim
+WARMUP = 150
+SEED = 2024
+START = np.array([0.3, -0.7, 0.2])
+# Iterations of the states checked: mid-warm-up, and after warm-up.
+MID_WARMUP, POST_WARMUP = 120, 170
+# Settable options are every field of Params except these, fixed by the session.
+FIXED_FIELDS = {"dim", "warmup"}
+
+
+@pytest.fixture(params=sorted(SAMPLERS))
+def name(request: pytest.FixtureRequest) -> str:
+    """Each registered sampler in turn."""
+    return str(request.param)
+
+
+def _params(sampler: ModuleType, warmup: int = WARMUP) -> Any:
+    return sampler.make_params(DIM, {}, warmup=warmup)
+
+
+def _chain(sampler: ModuleType, params: Any, *, seed: int = SEED) -> Iterator[Any]:
+    """The states of a chain on ``TARGET``: before its initial tell, then after each tell."""
+    state = sampler.init(START, params, seed=seed, chain=1)
+    yield state
+    while True:
+        proposal = sampler.ask(state, params)
+        state, _ = sampler.tell(state, params, proposal, TARGET.logdensity(proposal.position))
+        yield state
+
+
+def _states_at(sampler: ModuleType, params: Any, *iterations: int) -> list[Any]:
+    """Initialised states at the given iterations (0: just after the initial tell)."""
+    wanted, found = set(iterations), {}
+    for state in _chain(sampler, params):
+        if state.logdensity is not None and state.iteration in wanted:
+            found[state.iteration] = state
+            if len(found) == len(wanted):
+                return [found[i] for i in iterations]
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _arrays(value: Any) -> Iterator[np.ndarray]:
+    """Every numpy array inside a state, a proposal or a nested value."""
+    if isinstance(value, np.ndarray):
+        yield value
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for field in dataclasses.fields(value):
+            yield from _arrays(getattr(value, field.name))
+    elif isinstance(value, tuple | list):
+        for item in value:
+            yield from _arrays(item)
+
+
+def _assert_identical(a: Any, b: Any, path: str = "state") -> None:
+    """``a`` and ``b`` are equal field by field, floats and arrays bit for bit."""
+    if isinstance(a, np.ndarray):
+        assert isinstance(b, np.ndarray), path
+        assert (a.dtype, a.shape) == (b.dtype, b.shape), path
+        assert a.tobytes() == b.tobytes(), path
+    elif isinstance(a, float):
+        assert isinstance(b, float), path
+        assert struct.pack("<d", a) == struct.pack("<d", b), path
+    elif dataclasses.is_dataclass(a) and not isinstance(a, type):
+        assert type(a) is type(b), path
+        for field in dataclasses.fields(a):
+            _assert_identical(
+                getattr(a, field.name), getattr(b, field.name), f"{path}.{field.name}"
+            )
+    elif isinstance(a, tuple | list):
+        assert type(a) is type(b) and len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            _assert_identical(x, y, f"{path}[{i}]")
+    else:
+        assert type(a) is type(b) and a == b, path
+
+
+def _encoded(state: Any) -> str:
+    hot, cold = encode(state)
+    return json.dumps([hot, cold], sort_keys=True)
+
+
+def _round_trip(state: Any) -> Any:
+    hot, cold = json.loads(json.dumps(encode(state)))
+    return decode(hot, cold)
+
+
+# --------------------------------------------------------------------------- ask
+
+
+def test_ask_is_pure(name: str) -> None:
+    sampler = SAMPLERS[name]
+    params = _params(sampler)
+    for state in _states_at(sampler, params, 0, MID_WARMUP, POST_WARMUP):
+        before = _encoded(state)
+        first, second = sampler.ask(state, params), sampler.ask(state, params)
+        _assert_identical(first, second, "proposal")
+        assert first.kind == "proposal" and first.iteration == state.iteration + 1
+        assert first.position.shape == (DIM,) and not first.position.flags.writeable
+        assert _encoded(state) == before
+
+
+# --------------------------------------------------------------------------- tell
+
+
+def test_tell_never_mutates_its_inputs(name: str) -> None:
+    sampler = SAMPLERS[name]
+    params = _params(sampler)
+    init_state = sampler.init(START, params, seed=SEED, chain=1)
+    for state in [init_state, *_states_at(sampler, params, 0, MID_WARMUP, POST_WARMUP)]:
+        proposal = sampler.ask(state, params)
+        before = _encoded(state), proposal.position.tobytes()
+        new, _ = sampler.tell(state, params, proposal, TARGET.logdensity(proposal.position))
+        assert (_encoded(state), proposal.position.tobytes()) == before
+        for arr in [*_arrays(state), *_arrays(proposal), *_arrays(new)]:
+            assert not arr.flags.writeable
+
+
+def test_tell_rejects_a_proposal_of_another_iteration(name: str) -> None:
+    sampler = SAMPLERS[name]
+    params = _params(sampler)
+    state = _states_at(sampler, params, 0)[0]
+    old_proposal = sampler.ask(state, params)
+    newer, _ = sampler.tell(state, params, old_proposal, TARGET.logdensity(old_proposal.position))
+    new_proposal = sampler.ask(newer, params)
+    with pytest.raises(ValueError):
+        sampler.tell(newer, params, old_proposal, 0.0)
+    with pytest.raises(ValueError):
+        sampler.tell(state, params, new_proposal, 0.0)
+    with pytest.raises(ValueError):  # an initial point for a chain that has one
+        sampler.tell(newer, params, Proposal(newer.iteration, "init", newer.position), 0.0)
+
+
+@pytest.mark.parametrize("value", [math.nan, math.inf])
+def test_tell_rejects_nan_and_plus_infinity(name: str, value: float) -> None:
+    sampler = SAMPLERS[name]
+    params = _params(sampler)
+    state = _states_at(sampler, params, 0)[0]
+    with pytest.raises(ValueError):
+        sampler.tell(state, params, sampler.ask(state, params), value)
+
+
+def test_minus_infinity_at_the_initial_point_waits_for_a_new_one(name: str) -> None:
+    sampler = SAMPLERS[name]
+    params = _params(sampler)
+    state = sampler.init(START, params, seed=SEED, chain=1)
+    proposal = sampler.ask(state, params)
+    assert proposal.kind == "init"
+    same, info = sampler.tell(state, params, proposal, -math.inf)
+    assert info.outcome == "outside_support"
+    assert _encoded(same) == _encoded(state)
+    new_start = np.array([1.0, 2.0, 3.0])
+    restarted = reset(same, new_start)
+    proposal = sampler.ask(restarted, params)
+    assert proposal.kind == "init" and proposal.position.tolist() == new_start.tolist()
+    started, info = sampler.tell(restarted, params, proposal, TARGET.logdensity(new_start))
+    assert info.outcome == "initialized"
+    assert started.epoch == 1 and started.logdensity == TARGET.logdensity(new_start)
+
+
+def test_a_proposal_outside_the_support_is_rejected(name: str) -> None:
+    sampler = SAMPLERS[name]
+    params = _params(sampler)
+    state = _states_at(sampler, params, 0)[0]
+    new, info = sampler.tell(state, params, sampler.ask(state, params), -math.inf)
+    assert info.outcome == "rejected" and info.acceptance_probability == 0.0
+    assert new.position.tobytes() == state.position.tobytes()
+    assert new.logdensity == state.logdensity
+    assert (new.iteration, new.accepted) == (state.iteration + 1, state.accepted)
+
+
+# --------------------------------------------------------------------------- options
+
+
+def test_unknown_option_is_refused(name: str) -> None:
+    with pytest.raises(OptionError) as excinfo:
+        SAMPLERS[name].make_params(DIM, {"no_such_option": 1}, warmup=WARMUP)
+    assert excinfo.value.option == "no_such_option"
+
+
+def _accepts_strings(annotation: Any) -> bool:
+    if annotation is str or typing.get_origin(annotation) is typing.Literal:
+        return True
+    return any(_accepts_strings(arg) for arg in typing.get_args(annotation))
+
+
+def test_options_of_the_wrong_type_are_refused(name: str) -> None:
+    sampler = SAMPLERS[name]
+    hints = typing.get_type_hints(sampler.Params)
+    options = [
+        f.name for f in dataclasses.fields(sampler.Params) if f.init and f.name not in FIXED_FIELDS
+    ]
+    assert options, "a sampler with no options"
+    for option in options:
+        wrong_values: list[Any] = [[1.0], {"a": 1}]
+        if not _accepts_strings(hints[option]):
+            wrong_values.append("1")
+        for value in wrong_values:
+            with pytest.raises(OptionError) as excinfo:
+                sampler.make_params(DIM, {option: value}, warmup=WARMUP)
+            assert excinfo.value.option == option
+
+
+def test_every_option_has_a_default(name: str) -> None:
+    params = SAMPLERS[name].make_params(DIM, {}, warmup=WARMUP)
+    assert (params.dim, params.warmup) == (DIM, WARMUP)
+
+
+# --------------------------------------------------------------------------- codec and replay
+
+
+def test_codec_round_trip_is_exact(name: str) -> None:
+    sampler = SAMPLERS[name]
+    params = _params(sampler)
+    init_state = sampler.init(START, params, seed=SEED, chain=1)
+    for state in [init_state, *_states_at(sampler, params, 0, MID_WARMUP, POST_WARMUP)]:
+        decoded = _round_trip(state)
+        _assert_identical(state, decoded)
+        assert all(not arr.flags.writeable for arr in _arrays(decoded))
+        # The decoded state behaves the same: same proposal.
+        _assert_identical(sampler.ask(state, params), sampler.ask(decoded, params), "proposal")
+
+
+def test_replay_from_seed_and_told_values_is_bit_for_bit(name: str) -> None:
+    sampler = SAMPLERS[name]
+    params = _params(sampler)
+    n = POST_WARMUP
+    first = run_chain(sampler, params, TARGET.logdensity, START, n, seed=SEED, chain=3)
+    # Replay: the recorded told values, through the codec after every step (as a service
+    # that stores the state between requests would).
+    told = iter([TARGET.logdensity(START), *first.told.tolist()])
+    state = sampler.init(START, params, seed=SEED, chain=3)
+    draws = []
+    for _ in range(n + 1):
+        proposal = sampler.ask(_round_trip(state), params)
+        state, _ = sampler.tell(_round_trip(state), params, proposal, next(told))
+        draws.append(state.position)
+    assert np.stack(draws[1:]).tobytes() == first.draws.tobytes()
+    _assert_identical(state, first.state)
+    # A different seed gives a different chain.
+    other = run_chain(sampler, params, TARGET.logdensity, START, n, seed=SEED + 1, chain=3)
+    assert other.draws.tobytes() != first.draws.tobytes()
+
+
+def test_state_size_does_not_grow_after_warmup(name: str) -> None:
+    sampler = SAMPLERS[name]
+    params = _params(sampler, warmup=100)
+    early, late = _states_at(sampler, params, 200, 2000)
+
+    def shapes(doc: Any, path: str = "") -> dict[str, Any]:
+        """Shape of every encoded array, by its path in the document."""
+        if isinstance(doc, dict):
+            if "a" in doc:
+                return {path: doc["s"]}
+            return {
+                k: v for key, item in doc.items() for k, v in shapes(item, f"{path}/{key}").items()
+            }
+        return {}
+
+    (early_hot, early_cold), (late_hot, late_cold) = encode(early), encode(late)
+    assert shapes(early_hot) == shapes(late_hot)
+    assert shapes(early_cold) == shapes(late_cold)
+    # Besides arrays of the same shapes, only the digits of counters and floats may differ.
+    assert abs(len(json.dumps(late_hot)) - len(json.dumps(early_hot))) < 100
+    assert len(json.dumps(late_cold)) == len(json.dumps(early_cold))
+
+
+# --------------------------------------------------------------------------- the Python API
+
+
+def test_sample_returns_post_warmup_draws_per_chain(name: str) -> None:
+    draws = sample(
+        TARGET.logdensity,
+        DIM,
+        algorithm=name,
+        chains=2,
+        iterations=30,
+        warmup=20,
+        initial=START,
+        seed=5,
+    )
+    assert draws.shape == (2, 30, DIM) and np.all(np.isfinite(draws))
+    # The same chain as run_chain's, warm-up dropped.
+    params = SAMPLERS[name].make_params(DIM, {}, warmup=20)
+    chain_1 = run_chain(SAMPLERS[name], params, TARGET.logdensity, START, 50, seed=5, chain=1)
+    assert draws[1].tobytes() == chain_1.draws[20:].tobytes()
+    assert draws[0].tobytes() != draws[1].tobytes()
+
+
+def test_sample_refuses_an_unknown_algorithm() -> None:
+    with pytest.raises(ValueError, match="unknown algorithm"):
+        sample(TARGET.logdensity, DIM, algorithm="no-such-sampler")
+
+
+def test_run_chain_refuses_an_initial_point_outside_the_support(name: str) -> None:
+    sampler = SAMPLERS[name]
+    with pytest.raises(ValueError, match="initial point"):
+        run_chain(sampler, _params(sampler), lambda x: -math.inf, START, 5, seed=0, chain=0)

@@ -1,0 +1,120 @@
+"""Every sampler leaves its target invariant: post-warm-up moments match the truth.
+
+Each test runs independent chains started from exact draws of the target (so there is no
+burn-in bias to wait for) and compares the pooled post-warm-up means and variances with
+the true ones, within 5 Monte Carlo standard errors plus a floor of 1% of the scale.
+
+The standard error of the average of ``f(x)`` is ``sd(f) / sqrt(ESS)``: the effective
+sample size comes from the chains' autocorrelations
+(:func:`core.run.effective_sample_size`), and ``sd(f)`` is the target's, computed from
+exact draws. With the chains' own ``sd(f)`` a heavy-tailed ``f`` (``y_2^2`` of the
+banana, whose arms a random walk visits rarely) gives errors and standard errors that
+are both too small together, and skewed z-scores. 5 standard errors make a false alarm
+of a correct sampler a less-than-one-in-a-million event per comparison under a normal
+approximation; the floor absorbs the error of the effective sample size estimate. A
+sampler that mixes too little for the estimate to mean anything fails the minimum
+effective sample size check rather than passing with a huge tolerance. More chains give
+the autocorrelation estimate more to see (a chain that missed the banana's arms is
+outvoted by the others).
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+from scipy.signal import lfilter
+
+from core import SAMPLERS
+from core.run import effective_sample_size, run_chain
+from core.targets import Banana, Gaussian
+
+SEED = 11
+MIN_ESS = 25  # pooled over the chains, per quantity
+N_EXACT = 200_000  # exact draws for the target's sd(f)
+
+_SD_5 = np.array([0.5, 1.0, 1.5, 2.0, 1.0])
+TARGETS: dict[str, Gaussian | Banana] = {
+    "gaussian-2d": Gaussian([1.0, -2.0], [[1.0, 1.6], [1.6, 4.0]]),
+    # Equicorrelated (0.6) with unequal scales: condition number about 50.
+    "gaussian-5d": Gaussian(
+        [0.5, -1.0, 0.0, 2.0, 1.0],
+        np.outer(_SD_5, _SD_5) * (0.6 + 0.4 * np.eye(5)),
+    ),
+    "banana-2d": Banana(2, b=0.03, v=100.0),
+}
+
+# (chains, warm-up, post-warm-up draws per chain): cheap random walks run more chains;
+# kernel HMC costs tens of surrogate gradients per iteration and runs fewer. Samplers not
+# listed get the default. Shorter runs mean larger standard errors, and tolerances.
+RUNS = {
+    "rwm": (8, 500, 1500),
+    "am": (8, 1000, 1500),
+    "kameleon": (8, 500, 800),
+    "kmc-lite": (8, 1000, 1000),
+    "kmc-finite": (4, 1000, 1000),
+}
+DEFAULT_RUN = (4, 500, 1000)
+
+
+def _draws(name: str, target: Gaussian | Banana) -> np.ndarray:
+    """Post-warm-up draws, shape ``(chains, n, dim)``."""
+    sampler = SAMPLERS[name]
+    chains, warmup, n = RUNS.get(name, DEFAULT_RUN)
+    params = sampler.make_params(target.dim, {}, warmup=warmup)
+    starts = target.sample(chains, np.random.default_rng(SEED))
+    runs = [
+        run_chain(sampler, params, target.logdensity, starts[c], warmup + n, seed=SEED, chain=c)
+        for c in range(chains)
+    ]
+    return np.stack([run.draws[warmup:] for run in runs])
+
+
+@functools.cache
+def _target_sds(target_name: str) -> tuple[np.ndarray, np.ndarray]:
+    """The target's standard deviations of ``x`` and of ``(x - mean)^2``."""
+    target = TARGETS[target_name]
+    exact = target.sample(N_EXACT, np.random.default_rng(0))
+    return exact.std(axis=0), ((exact - target.mean) ** 2).std(axis=0)
+
+
+def _assert_average(
+    values: np.ndarray, truth: np.ndarray, sd: np.ndarray, floor: np.ndarray
+) -> None:
+    ess = effective_sample_size(values)
+    assert np.all(ess > MIN_ESS), f"effective sample sizes {ess} are too small"
+    estimate = values.mean(axis=(0, 1))
+    tolerance = 5 * sd / np.sqrt(ess) + floor
+    assert np.all(np.abs(estimate - truth) < tolerance), (
+        f"estimate {estimate}, truth {truth}, tolerance {tolerance}"
+    )
+
+
+@pytest.mark.parametrize("target_name", sorted(TARGETS))
+@pytest.mark.parametrize("name", sorted(SAMPLERS))
+def test_moments_match_the_target(name: str, target_name: str) -> None:
+    target = TARGETS[target_name]
+    draws = _draws(name, target)
+    sd_x, sd_square = _target_sds(target_name)
+    scale = np.sqrt(target.variance)
+    _assert_average(draws, target.mean, sd_x, 0.01 * scale)
+    _assert_average((draws - target.mean) ** 2, target.variance, sd_square, 0.01 * scale**2)
+
+
+def test_effective_sample_size_of_an_autoregressive_process() -> None:
+    # AR(1) with coefficient phi has integrated autocorrelation time (1 + phi) / (1 - phi).
+    # Estimates over 4 x 5000 draws scatter by a few percent: 15% is several times that.
+    rng = np.random.default_rng(3)
+    for phi in (0.0, 0.5, 0.9):
+        x = lfilter([1.0], [1.0, -phi], rng.standard_normal((4, 5000)), axis=1)
+        expected = 4 * 5000 * (1 - phi) / (1 + phi)
+        assert effective_sample_size(x[..., None])[0] == pytest.approx(expected, rel=0.15)
+
+
+def test_effective_sample_size_sees_chains_that_disagree() -> None:
+    # Independent draws within each chain, but each chain around its own mean: the
+    # pooled estimate of the mean is only as good as the number of chains.
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((4, 1000)) + 10 * np.arange(4)[:, None]
+    assert effective_sample_size(x[..., None])[0] < 10

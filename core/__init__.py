@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from core.samplers import am, rwm
+from core.samplers import am, kameleon, rwm
 
 __all__ = ["SAMPLERS", "get_sampler"]
 
 SAMPLERS: dict[str, ModuleType] = {
     rwm.NAME: rwm,
     am.NAME: am,
+    kameleon.NAME: kameleon,
 }
 
 

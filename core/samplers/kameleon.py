@@ -1,0 +1,439 @@
+"""Kernel adaptive Metropolis-Hastings (KAMH, "MCMC Kameleon").
+
+Sejdinovic, Strathmann, Lomeli Garcia, Andrieu and Gretton (2014), "Kernel adaptive
+Metropolis-Hastings", ICML. A random walk whose covariance at ``y`` follows the
+local covariance of a subsample ``Z = {z_1, ..., z_n}`` of the chain's history, seen
+through the gradients of a Gaussian kernel ``k`` (bandwidth ``l``, see :mod:`core.rkhs`):
+
+    q(. | y) = N(y, R_y),
+    R_y = gamma^2 I + nu^2 (1/n) sum_i (g_i - g_mean)(g_i - g_mean)^T,
+    g_i = l^2 grad_x k(x, z_i)|_{x=y} = k(y, z_i) (z_i - y).
+
+``gamma`` is an isotropic nugget (a length). ``nu^2`` is dimensionless: the covariance
+is an average over ``Z`` rather than the paper's sum, and ``g_i`` is the kernel-weighted
+displacement rather than the gradient itself, so the same ``nu^2`` means the same
+proposal scale for any subsample size ``n`` and bandwidth ``l``. In the paper's notation
+(``M`` with columns ``2 grad k``, ``R = gamma^2 I + nu_p^2 M H M^T``) this is
+``nu_p^2 = nu^2 l^4 / (4 n)``, i.e. the RKHS construction with ``beta ~ N(0, nu_p'^2/n I)``
+and ``nu_p'^2 = nu^2 l^4 / 4``. For a very wide kernel ``g_i -> z_i - y`` and ``R_y``
+becomes Adaptive Metropolis' ``gamma^2 I + nu^2 Cov(Z)``, hence the default
+``nu^2 = 2.38^2 / d``.
+
+Implementation notes, with the reference code's pitfalls fixed:
+
+* With ``M`` the ``n x d`` matrix of rows ``grad_x k(y, z_i)`` and ``H = I - 1 1^T / n``,
+  ``R_y = gamma^2 I + s M^T H M`` with ``s = nu^2 l^4 / n``; the centring ``H`` is kept.
+  When ``d > n`` the proposal is drawn in ``O(n d)`` without forming ``R_y``:
+  ``x* = y + gamma u + sqrt(s) M^T H v`` with ``u ~ N(0, I_d)`` and ``v ~ N(0, I_n)``;
+  when ``d <= n`` the density needs the Cholesky factor ``L`` of ``R_y`` anyway, and
+  ``x* = y + L e`` is cheaper.
+* ``ask`` evaluates both proposal densities with the same ``(Z, l, nu^2)`` and returns
+  ``log q(x | x*) - log q(x* | x)`` as the proposal's ``log_correction``; adaptation
+  happens in ``tell`` after the accept decision, so the next ``ask`` sees the updated
+  ``(Z, l, nu^2)`` in both densities.
+* The log density uses a Cholesky factor of ``R_y`` when ``d <= n`` and the matrix
+  determinant lemma with Woodbury's identity (an ``n x n`` factor, no ``d x d`` matrix)
+  when ``d > n``; ``R_y`` is never inverted.
+* ``Z`` is a reservoir sample (:mod:`core.reservoir`) of the chain's states after
+  ``adapt_start``: a uniform subsample of the history in ``O(n d)`` memory.
+* ``log nu^2`` follows a Robbins-Monro recursion on the clipped acceptance probability
+  ``min(1, alpha)`` toward ``target_acceptance``.
+* The current point's log density is cached in the state and never re-evaluated, so a
+  noisy unbiased estimate of the density gives an exact pseudo-marginal chain.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+from scipy.linalg.blas import dtrsv
+from scipy.linalg.lapack import dpotrf
+
+from core.adaptation import adapt_probability, learning_rate, robbins_monro
+from core.base import (
+    FloatArray,
+    OptionError,
+    Proposal,
+    StepInfo,
+    check_tell,
+    frozen_array,
+    metropolis_accept,
+    parse_params,
+    tell_initial,
+)
+from core.reservoir import reservoir_update
+from core.rkhs import gaussian_kernel_grad, median_bandwidth
+from core.rng import Stream, generator
+from core.serialization import register
+
+__all__ = [
+    "NAME",
+    "Params",
+    "State",
+    "ask",
+    "init",
+    "log_density_cholesky",
+    "log_density_woodbury",
+    "make_params",
+    "proposal_log_density",
+    "sample_proposal",
+    "tell",
+]
+
+NAME = "kameleon"
+
+_LOG_2PI = math.log(2.0 * math.pi)
+# Rows of the subsample that enter the median heuristic: the O(m^2 d) median is
+# recomputed whenever the subsample changes (often, during warm-up), and 200 rows
+# (19900 pairs) pin the median down to a few percent.
+_MEDIAN_POINTS = 200
+
+
+@dataclass(frozen=True, slots=True)
+class Params:
+    """Options of KAMH.
+
+    Attributes
+    ----------
+    subsample_size
+        ``n``, the number of history points the proposal uses (default 1000).
+    min_subsample
+        The kernel part of the proposal is used once the subsample holds at least this
+        many points (and, with the median heuristic, two distinct ones); before that the
+        proposal is the random walk ``N(x, gamma^2 I)`` (default 10).
+    gamma
+        Standard deviation of the isotropic part of the proposal, and of the random
+        walk used before the subsample is large enough (default 0.2, the reference
+        value, which suits targets whose scales are between about 1 and 10: unit-scale
+        Gaussians, the bananas B(0.03, 100) and B(0.1, 100) and the flower F(10, 6, 6, 1)).
+        It is not adapted: choose it small compared with the target's scale, so that the
+        kernel part can shape the proposal, but large enough for the initial random walk
+        to move, and for the chain to move in the tails, where the kernel part vanishes.
+    nu2
+        Initial ``nu^2``, the dimensionless scale of the kernel part (default
+        ``2.38^2 / dim``, see the module docstring).
+    bandwidth
+        Fixed Gaussian-kernel bandwidth ``l`` of ``exp(-||x - y||^2 / (2 l^2))``;
+        default: the median heuristic on the subsample, recomputed whenever the
+        subsample changes.
+    adapt_scale
+        Adapt ``nu^2`` toward ``target_acceptance`` (default true).
+    target_acceptance
+        Target of the ``nu^2`` adaptation (default 0.234).
+    adaptation
+        ``"warmup"`` (default, the paper's choice): the subsample is a reservoir sample
+        of the warm-up history after ``adapt_start``, and it and ``nu^2`` freeze at the
+        end of warm-up. ``"diminishing"``: the reservoir keeps sampling the whole
+        history after ``adapt_start``, and each iteration, with a probability that
+        vanishes (:func:`core.adaptation.adapt_probability`), the proposal's subsample
+        is replaced by the reservoir and ``nu^2`` is adapted.
+    adapt_start
+        Iterations of the plain random walk before the history is collected and
+        anything adapts (default 0; the reference code uses 500).
+    """
+
+    dim: int
+    warmup: int
+    subsample_size: int = 1000
+    min_subsample: int = 10
+    gamma: float = 0.2
+    nu2: float | None = None
+    bandwidth: float | None = None
+    adapt_scale: bool = True
+    target_acceptance: float = 0.234
+    adaptation: Literal["warmup", "diminishing"] = "warmup"
+    adapt_start: int = 0
+
+    def __post_init__(self) -> None:
+        if self.subsample_size < 2:
+            raise OptionError("subsample_size", "must be at least 2")
+        if not 2 <= self.min_subsample <= self.subsample_size:
+            raise OptionError("min_subsample", "must be between 2 and subsample_size")
+        if not self.gamma > 0:
+            raise OptionError("gamma", "must be positive")
+        if self.nu2 is not None and not self.nu2 > 0:
+            raise OptionError("nu2", "must be positive")
+        if self.bandwidth is not None and not self.bandwidth > 0:
+            raise OptionError("bandwidth", "must be positive")
+        if not 0 < self.target_acceptance < 1:
+            raise OptionError("target_acceptance", "must be in (0, 1)")
+        if self.adapt_start < 0:
+            raise OptionError("adapt_start", "must be non-negative")
+
+    @property
+    def initial_nu2(self) -> float:
+        return self.nu2 if self.nu2 is not None else 2.38**2 / self.dim
+
+
+@register
+@dataclass(frozen=True, slots=True)
+class State:
+    """A KAMH chain.
+
+    Attributes
+    ----------
+    log_nu2
+        ``log nu^2`` (see the module docstring).
+    reservoir
+        Reservoir sample of the collected history, shape ``(min(history_size, n), d)``.
+    history_size
+        How many states were offered to the reservoir.
+    subsample
+        The proposal's subsample ``Z``: ``None`` in ``"warmup"`` mode, where ``Z`` is the
+        reservoir itself; in ``"diminishing"`` mode, the reservoir as it was at the last
+        refresh.
+    bandwidth
+        The kernel bandwidth for ``Z``; ``None`` while ``Z`` is too small for the kernel
+        part, which makes the proposal the plain random walk.
+    """
+
+    COLD_FIELDS: ClassVar[tuple[str, ...]] = ("reservoir", "subsample")
+
+    position: FloatArray
+    logdensity: float | None
+    iteration: int
+    accepted: int
+    epoch: int
+    seed: int
+    chain: int
+    log_nu2: float
+    reservoir: FloatArray
+    history_size: int
+    subsample: FloatArray | None
+    bandwidth: float | None
+
+
+def make_params(dim: int, options: Mapping[str, Any], *, warmup: int) -> Params:
+    return parse_params(Params, options, dim=dim, warmup=warmup)  # type: ignore[no-any-return]
+
+
+def init(position: Any, params: Params, *, seed: int, chain: int) -> State:
+    reservoir = frozen_array(np.empty((0, params.dim)))
+    return State(
+        position=frozen_array(position),
+        logdensity=None,
+        iteration=0,
+        accepted=0,
+        epoch=0,
+        seed=seed,
+        chain=chain,
+        log_nu2=math.log(params.initial_nu2),
+        reservoir=reservoir,
+        history_size=0,
+        subsample=None if params.adaptation == "warmup" else reservoir,
+        bandwidth=None,
+    )
+
+
+# --------------------------------------------------------------------------- proposal
+
+
+def _cholesky(A: FloatArray) -> FloatArray:
+    """Lower Cholesky factor of the symmetric positive definite ``A``."""
+    L, info = dpotrf(A, lower=1)
+    if info != 0:
+        raise np.linalg.LinAlgError("proposal covariance is not positive definite")
+    return L  # type: ignore[no-any-return]
+
+
+def _covariance_cholesky(gamma2: float, scale2: float, M: FloatArray) -> FloatArray:
+    """Lower Cholesky factor of ``R = gamma2 I + scale2 M^T H M`` (``d x d``).
+
+    ``M^T H M = M^T M - n m m^T`` with ``m`` the mean row of ``M``: ``O(n d^2 + d^3)``.
+    """
+    n, d = M.shape
+    m = np.ones(n) @ M
+    R = M.T @ M
+    R -= np.outer(m, m / n)
+    R *= scale2
+    R.flat[:: d + 1] += gamma2
+    return _cholesky(R)
+
+
+def _log_density_whitened(w: FloatArray, log_det: float) -> float:
+    """``log N(r; 0, R)`` from ``w`` with ``||w||^2 = r^T R^{-1} r`` and ``log det R``."""
+    return -0.5 * (w.size * _LOG_2PI + log_det + float(w @ w))
+
+
+def _log_det_cholesky(L: FloatArray) -> float:
+    return 2.0 * float(np.log(np.diagonal(L)).sum())
+
+
+def log_density_cholesky(r: FloatArray, gamma2: float, scale2: float, M: FloatArray) -> float:
+    """``log N(r; 0, R)``, ``R = gamma2 I + scale2 M^T H M``, by a Cholesky factor of ``R``.
+
+    ``O(n d^2 + d^3)``: the branch for ``d <= n``.
+    """
+    L = _covariance_cholesky(gamma2, scale2, M)
+    return _log_density_whitened(dtrsv(L, r, lower=1), _log_det_cholesky(L))
+
+
+def log_density_woodbury(r: FloatArray, gamma2: float, scale2: float, M: FloatArray) -> float:
+    """``log N(r; 0, R)``, ``R = gamma2 I + scale2 M^T H M``, through ``n x n`` matrices.
+
+    With ``G = H M`` (centred rows), ``rho = scale2 / gamma2``,
+    ``S = I_n + rho G G^T = L_S L_S^T`` and ``w = L_S^{-1} G r``:
+    ``log det R = d log gamma2 + log det S`` (matrix determinant lemma) and
+    ``r^T R^{-1} r = (||r||^2 - rho ||w||^2) / gamma2`` (Woodbury). ``O(n^2 d + n^3)``
+    and no ``d x d`` matrix: the branch for ``d > n``.
+    """
+    n = M.shape[0]
+    rho = scale2 / gamma2
+    G = M - M.mean(axis=0)
+    S = G @ G.T
+    S *= rho
+    S.flat[:: n + 1] += 1.0
+    L = _cholesky(S)
+    w = dtrsv(L, G @ r, lower=1)
+    log_det = r.size * math.log(gamma2) + _log_det_cholesky(L)
+    quad = (float(r @ r) - rho * float(w @ w)) / gamma2
+    return -0.5 * (r.size * _LOG_2PI + log_det + quad)
+
+
+def proposal_log_density(r: FloatArray, gamma2: float, scale2: float, M: FloatArray) -> float:
+    """``log N(r; 0, gamma2 I + scale2 M^T H M)``; the branch is chosen by ``min(n, d)``.
+
+    ``M`` has shape ``(n, d)`` and ``H = I_n - 1 1^T / n`` centres its rows.
+    """
+    n, d = M.shape
+    if d <= n:
+        return log_density_cholesky(r, gamma2, scale2, M)
+    return log_density_woodbury(r, gamma2, scale2, M)
+
+
+def sample_proposal(
+    rng: np.random.Generator, gamma: float, scale2: float, M: FloatArray
+) -> tuple[FloatArray, float]:
+    """A draw ``r ~ N(0, R)``, ``R = gamma^2 I + scale2 M^T H M``, and ``log N(r; 0, R)``.
+
+    When ``d <= n`` the Cholesky factor ``L`` of ``R``, which the density needs anyway,
+    also gives the draw ``r = L e`` (``d`` normals). When ``d > n``,
+    ``r = gamma u + sqrt(scale2) M^T H v`` with ``u ~ N(0, I_d)`` and ``v ~ N(0, I_n)``
+    (``H`` is symmetric and idempotent, so the covariance is ``R``): ``O(n d)``, no
+    ``d x d`` matrix.
+    """
+    n, d = M.shape
+    if d <= n:
+        L = _covariance_cholesky(gamma * gamma, scale2, M)
+        e = rng.standard_normal(size=(d,))
+        return L @ e, _log_density_whitened(e, _log_det_cholesky(L))
+    u = rng.standard_normal(size=(d,))
+    v = rng.standard_normal(size=(n,))
+    r = gamma * u + math.sqrt(scale2) * (v @ M - v.mean() * M.sum(axis=0))
+    return r, log_density_woodbury(r, gamma * gamma, scale2, M)
+
+
+def _proposal_subsample(state: State) -> FloatArray:
+    return state.reservoir if state.subsample is None else state.subsample
+
+
+def _subsample_bandwidth(Z: FloatArray, params: Params, rng: np.random.Generator) -> float | None:
+    """The bandwidth for the subsample ``Z``, or ``None`` if ``Z`` is too small to use."""
+    if Z.shape[0] < params.min_subsample:
+        return None
+    if params.bandwidth is not None:
+        return params.bandwidth
+    try:
+        return median_bandwidth(Z, rng, max_points=_MEDIAN_POINTS)
+    except ValueError:  # no two distinct points (among those drawn) yet
+        return None
+
+
+# --------------------------------------------------------------------------- steps
+
+
+def ask(state: State, params: Params) -> Proposal:
+    if state.logdensity is None:
+        return Proposal(state.iteration, "init", state.position)
+    t = state.iteration + 1
+    rng = generator(state.seed, state.chain, t, Stream.PROPOSE)
+    x = state.position
+    if state.bandwidth is None:
+        x_new = x + params.gamma * rng.standard_normal(params.dim)
+        return Proposal(t, "proposal", frozen_array(x_new))
+    Z = _proposal_subsample(state)
+    bandwidth = state.bandwidth
+    gamma2 = params.gamma**2
+    scale2 = math.exp(state.log_nu2) * bandwidth**4 / Z.shape[0]
+    M = gaussian_kernel_grad(x, Z, bandwidth)
+    step, log_q_forward = sample_proposal(rng, params.gamma, scale2, M)
+    x_new = x + step
+    M_new = gaussian_kernel_grad(x_new, Z, bandwidth)
+    log_q_backward = proposal_log_density(-step, gamma2, scale2, M_new)
+    log_correction = log_q_backward - log_q_forward
+    return Proposal(t, "proposal", frozen_array(x_new), log_correction)
+
+
+def tell(
+    state: State, params: Params, proposal: Proposal, logdensity: float
+) -> tuple[State, StepInfo]:
+    check_tell(state, proposal, logdensity)
+    if proposal.kind == "init":
+        return tell_initial(state, proposal, logdensity)
+    assert state.logdensity is not None
+    t = proposal.iteration
+    rng = generator(state.seed, state.chain, t, Stream.ACCEPT)
+    u_accept, u_adapt = rng.random(2)
+    accepted, prob = metropolis_accept(
+        logdensity, state.logdensity, proposal.log_correction, u_accept
+    )
+    new = dataclasses.replace(
+        state,
+        position=proposal.position if accepted else state.position,
+        logdensity=float(logdensity) if accepted else state.logdensity,
+        iteration=t,
+        accepted=state.accepted + accepted,
+    )
+    info = StepInfo(t, "accepted" if accepted else "rejected", prob, t <= params.warmup)
+    collecting = t > params.adapt_start and (
+        params.adaptation == "diminishing" or t <= params.warmup
+    )
+    if not collecting:
+        return new, info
+    return _adapt(new, state, params, prob, u_adapt < _adapt_probability(t, params)), info
+
+
+def _adapt_probability(t: int, params: Params) -> float:
+    return adapt_probability(
+        t, warmup=params.warmup, mode=params.adaptation, start=params.adapt_start
+    )
+
+
+def _adapt(new: State, old: State, params: Params, prob: float, adapting: bool) -> State:
+    """Offer ``new.position`` to the reservoir; if ``adapting``, refresh ``Z`` and ``nu^2``.
+
+    ``nu^2`` only adapts when the proposal used it (the kernel part was active).
+    """
+    t = new.iteration
+    rng = generator(new.seed, new.chain, t, Stream.ADAPT)
+    reservoir = reservoir_update(
+        old.reservoir, old.history_size, new.position, params.subsample_size, rng
+    )
+    log_nu2 = old.log_nu2
+    if adapting and params.adapt_scale and old.bandwidth is not None:
+        rate = learning_rate(t, start=params.adapt_start)
+        log_nu2 = robbins_monro(log_nu2, prob, params.target_acceptance, rate)
+    subsample = old.subsample
+    if params.adaptation == "diminishing" and adapting and not _same_rows(reservoir, subsample):
+        subsample = reservoir
+    Z = reservoir if subsample is None else subsample
+    bandwidth = old.bandwidth
+    if Z is not _proposal_subsample(old):
+        bandwidth = _subsample_bandwidth(Z, params, rng)
+    return dataclasses.replace(
+        new,
+        log_nu2=log_nu2,
+        reservoir=reservoir,
+        history_size=old.history_size + 1,
+        subsample=subsample,
+        bandwidth=bandwidth,
+    )
+
+
+def _same_rows(a: FloatArray, b: FloatArray | None) -> bool:
+    return a is b or (b is not None and a.shape == b.shape and bool(np.array_equal(a, b)))

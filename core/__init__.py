@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from types import ModuleType
 
-from core.samplers import am, kameleon, rwm
+from core.samplers import am, kameleon, kmc_finite, kmc_lite, rwm
 
 __all__ = ["SAMPLERS", "get_sampler"]
 
@@ -16,6 +16,8 @@ SAMPLERS: dict[str, ModuleType] = {
     rwm.NAME: rwm,
     am.NAME: am,
     kameleon.NAME: kameleon,
+    kmc_lite.NAME: kmc_lite,
+    kmc_finite.NAME: kmc_finite,
 }
 
 

@@ -14,8 +14,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-
-
 from core.adaptation import adapt_probability, learning_rate, robbins_monro
 from core.base import (
     FloatArray,
@@ -31,7 +29,7 @@ from core.base import (
 from core.rng import Stream, generator
 from core.serialization import register
 
-__all__ = ["NAME", "Params", "State", "make_params", "init", "ask", "tell"]
+__all__ = ["NAME", "Params", "State", "ask", "init", "make_params", "tell"]
 
 NAME = "rwm"
 
@@ -110,7 +108,9 @@ def ask(state: State, params: Params) -> Proposal:
     return Proposal(t, "proposal", frozen_array(x))
 
 
-def tell(state: State, params: Params, proposal: Proposal, logdensity: float) -> tuple[State, StepInfo]:
+def tell(
+    state: State, params: Params, proposal: Proposal, logdensity: float
+) -> tuple[State, StepInfo]:
     check_tell(state, proposal, logdensity)
     if proposal.kind == "init":
         return tell_initial(state, proposal, logdensity)
@@ -118,7 +118,9 @@ def tell(state: State, params: Params, proposal: Proposal, logdensity: float) ->
     t = proposal.iteration
     rng = generator(state.seed, state.chain, t, Stream.ACCEPT)
     u_accept, u_adapt = rng.random(2)
-    accepted, prob = metropolis_accept(logdensity, state.logdensity, proposal.log_correction, u_accept)
+    accepted, prob = metropolis_accept(
+        logdensity, state.logdensity, proposal.log_correction, u_accept
+    )
     log_scale = state.log_scale
     p_adapt = adapt_probability(t, warmup=params.warmup, mode=params.adaptation)
     if params.adapt_scale and u_adapt < p_adapt:
@@ -132,5 +134,3 @@ def tell(state: State, params: Params, proposal: Proposal, logdensity: float) ->
         log_scale=log_scale,
     )
     return new, StepInfo(t, "accepted" if accepted else "rejected", prob, t <= params.warmup)
-
-

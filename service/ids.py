@@ -1,0 +1,35 @@
+"""Proposal ids: ``c<chain>.i<iteration>``, and ``c<chain>.e<epoch>.i0`` for the initial
+point of a chain that was given a new one (epoch > 0). Opaque to clients."""
+
+from __future__ import annotations
+
+import re
+from typing import NamedTuple
+
+__all__ = ["ProposalId", "format_id", "parse_id"]
+
+_ID = re.compile(r"c(0|[1-9][0-9]{0,8})(?:\.e([1-9][0-9]{0,8}))?\.i(0|[1-9][0-9]{0,17})")
+
+
+class ProposalId(NamedTuple):
+    chain: int
+    epoch: int
+    iteration: int
+
+
+def format_id(chain: int, iteration: int, epoch: int = 0) -> str:
+    if iteration == 0 and epoch > 0:
+        return f"c{chain}.e{epoch}.i0"
+    return f"c{chain}.i{iteration}"
+
+
+def parse_id(text: str) -> ProposalId | None:
+    """The parts of a well-formed id, or ``None``."""
+    match = _ID.fullmatch(text)
+    if match is None:
+        return None
+    chain, epoch, iteration = match.groups()
+    epoch_n = int(epoch) if epoch else 0
+    if epoch_n and iteration != "0":
+        return None
+    return ProposalId(int(chain), epoch_n, int(iteration))

@@ -1,0 +1,30 @@
+"""HTTP routes: parse, call :mod:`service.sessions`, serialise. Nothing else."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from service.schemas import ProblemDetail
+
+_MEANING = {
+    400: "Malformed JSON.",
+    401: "Missing API key (when keys are configured).",
+    403: "API key not accepted.",
+    404: "No such session (or it belongs to another key).",
+    409: "A proposal id that is not outstanding, or a conflicting reset.",
+    413: "Body over the configured limit.",
+    422: "Well-formed but invalid.",
+    503: "The store is unreachable; nothing changed, retry.",
+}
+
+
+def problems(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI entries for the error answers of a route (problem+json bodies)."""
+    return {
+        code: {
+            "model": ProblemDetail,
+            "description": _MEANING[code],
+            "content": {"application/problem+json": {}},
+        }
+        for code in sorted({*codes, 401, 403, 413, 503})
+    }

@@ -1,0 +1,175 @@
+"""Draws (JSON, CSV, NPY; paged and sliced) and convergence diagnostics."""
+
+from __future__ import annotations
+
+import io
+import math
+from typing import Annotated, Any, Literal
+from urllib.parse import urlencode
+
+import numpy as np
+from fastapi import APIRouter, Query, Request
+from starlette.concurrency import run_in_threadpool
+from starlette.responses import Response
+
+from core.diagnostics import summarize
+from service import errors
+from service.deps import OwnerDep, SessionsDep, SettingsDep
+from service.jsonio import JSON
+from service.routes import problems
+from service.schemas import Diagnostics, DrawsPage
+from service.sessions import ROW_HEADER, ChainSlice, DrawsQuery, read_slices
+
+router = APIRouter(prefix="/sessions/{session_id}", tags=["draws"])
+
+_FORMATS = {
+    "json": "application/json",
+    "csv": "text/csv; charset=utf-8",
+    "npy": "application/octet-stream",
+}
+
+
+def _next_url(request: Request, next_start: int | None) -> str | None:
+    if next_start is None:
+        return None
+    params = dict(request.query_params)
+    params["start"] = str(next_start)
+    return f"{request.url.path}?{urlencode(params)}"
+
+
+def _json(names: list[str], slices: list[ChainSlice], thin: int, next_url: str | None) -> Response:
+    chains = []
+    for s in slices:
+        iterations = list(range(s.first_iteration, s.first_iteration + thin * len(s.rows), thin))
+        chains.append(
+            {
+                "chain": s.chain,
+                "start": s.start,
+                "iterations": iterations,
+                "draws": np.ascontiguousarray(s.rows[:, ROW_HEADER:]),
+                "log_density": np.ascontiguousarray(s.rows[:, 1]),
+            }
+        )
+    return JSON({"param_names": names, "chains": chains, "next": next_url})
+
+
+def _csv(names: list[str], slices: list[ChainSlice], thin: int, warmup: int) -> str:
+    out = io.StringIO()
+    out.write(",".join(["chain", "iteration", "warmup", "log_density", *_csv_names(names)]) + "\n")
+    for s in slices:
+        for k, row in enumerate(s.rows):
+            iteration = s.first_iteration + k * thin
+            values = ",".join(repr(float(v)) for v in row[ROW_HEADER:])
+            out.write(
+                f"{s.chain},{iteration},{int(iteration <= warmup)},{float(row[1])!r},{values}\n"
+            )
+    return out.getvalue()
+
+
+def _csv_names(names: list[str]) -> list[str]:
+    def quote(name: str) -> str:
+        if any(c in name for c in ',"\n\r'):
+            return '"' + name.replace('"', '""') + '"'
+        return name
+
+    return [quote(n) for n in names]
+
+
+def _npy(slices: list[ChainSlice], dim: int) -> bytes:
+    common = min((len(s.rows) for s in slices), default=0)
+    array = (
+        np.stack([s.rows[:common, ROW_HEADER:] for s in slices])
+        if slices
+        else np.empty((0, 0, dim))
+    )
+    buffer = io.BytesIO()
+    np.save(buffer, np.ascontiguousarray(array, dtype="<f8"), allow_pickle=False)
+    return buffer.getvalue()
+
+
+@router.get(
+    "/draws",
+    name="get_draws",
+    response_model=DrawsPage,
+    responses={
+        **problems(404, 422),
+        200: {
+            "description": "A page of draws. `format=csv`: one row per draw with a header "
+            "`chain,iteration,warmup,log_density,<names>`. `format=npy`: a float64 array of "
+            "shape (chains, draws, dim), cut to the shortest selected chain. For CSV and NPY "
+            "the next page, if any, is in the `Link` header (rel=next).",
+            "content": {"text/csv": {}, "application/octet-stream": {}},
+        },
+    },
+)
+async def get_draws(
+    session_id: str,
+    request: Request,
+    sessions: SessionsDep,
+    owner: OwnerDep,
+    settings: SettingsDep,
+    chain: Annotated[int | None, Query(ge=0, description="One chain; default all.")] = None,
+    start: Annotated[int, Query(ge=0, description="First draw, within the selection.")] = 0,
+    stop: Annotated[
+        int | None, Query(ge=0, description="End (exclusive); default: the end.")
+    ] = None,
+    thin: Annotated[int, Query(ge=1, le=1_000_000)] = 1,
+    include_warmup: bool = False,
+    format: Literal["json", "csv", "npy"] = "json",
+) -> Response:
+    """The chains' draws (post-warm-up unless ``include_warmup``), paged: at most the
+    configured page size per chain, and ``next`` names the rest."""
+    meta = await sessions.meta(session_id, owner)
+    if chain is not None and chain >= meta.chains:
+        raise errors.NotFound(f"no chain {chain} in this session")
+    if stop is not None and stop < start:
+        raise errors.Unprocessable("stop must not be less than start", field="stop")
+    page_rows = max(1, settings.draws_page_size // (1 if chain is not None else meta.chains))
+    query = DrawsQuery(chain, start, stop, thin, include_warmup)
+    slices, next_start = await read_slices(sessions, meta, query, page_rows)
+    next_url = _next_url(request, next_start)
+    names = list(meta.param_names)
+    if format == "json":
+        return _json(names, slices, thin, next_url)
+    headers = {"Link": f'<{next_url}>; rel="next"'} if next_url else {}
+    if format == "csv":
+        text = await run_in_threadpool(_csv, names, slices, thin, meta.warmup)
+        return Response(text, media_type=_FORMATS["csv"], headers=headers)
+    return Response(_npy(slices, meta.dim), media_type=_FORMATS["npy"], headers=headers)
+
+
+def _none_if_nan(value: Any) -> Any:
+    """Statistics that are undefined (NaN) or unbounded (R-hat of stuck chains) as null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+@router.get(
+    "/diagnostics", name="get_diagnostics", response_model=Diagnostics, responses=problems(404)
+)
+async def get_diagnostics(session_id: str, sessions: SessionsDep, owner: OwnerDep) -> JSON:
+    """Per parameter: mean, sd, MCSE of the mean, bulk and tail ESS and rank-normalised
+    split R-hat (Vehtari et al. 2021) over the post-warm-up draws, the chains cut to a
+    common length; per chain: iterations and post-warm-up acceptance rate. Undefined
+    values (too few draws, constant chains) are null."""
+    meta = await sessions.meta(session_id, owner)
+    records = await sessions.store.load_chains(meta.id, range(meta.chains))
+    chains: list[dict[str, Any]] = []
+    arrays = []
+    for record in records:
+        rows = await sessions.read_rows(meta, record.chain, meta.warmup, record.draws)
+        arrays.append(rows)
+        chains.append(
+            {
+                "chain": record.chain,
+                "iterations": record.draws,
+                "draws": len(rows),
+                "acceptance_rate": float(rows[:, 2].mean()) if len(rows) else None,
+            }
+        )
+    common = min(len(a) for a in arrays)
+    draws = np.stack([a[:common, ROW_HEADER:] for a in arrays])
+    stats = await run_in_threadpool(summarize, draws, list(meta.param_names))
+    parameters = [{k: _none_if_nan(v) for k, v in p.items()} for p in stats]
+    return JSON({"parameters": parameters, "chains": chains})

@@ -1,0 +1,54 @@
+"""Run ``kameleon serve`` as a real process for a test."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import httpx
+
+__all__ = ["KAMELEON", "free_port", "serving"]
+
+KAMELEON = str(Path(sys.executable).with_name("kameleon"))
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextmanager
+def serving(argv: list[str], env: dict[str, str], port: int) -> Iterator[str]:
+    """Run ``argv`` until its ``/v1/health`` answers; yield the base URL; stop it."""
+    proc = subprocess.Popen(
+        argv, env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            if proc.poll() is not None:
+                out = proc.stdout.read().decode() if proc.stdout else ""
+                raise AssertionError(f"{argv} exited with {proc.returncode}:\n{out}")
+            try:
+                if httpx.get(url + "/v1/health", timeout=1).status_code in (200, 503):
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{argv} did not answer health")
+            time.sleep(0.1)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()

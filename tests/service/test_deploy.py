@@ -1,0 +1,130 @@
+"""What can be checked of the deployment without a container engine: the CLI serves
+health on each store, the Dockerfile's files exist, its command line starts a service,
+and the compose file names both services."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+from pathlib import Path
+
+import httpx
+import yaml
+
+from tests.servers import KAMELEON, free_port, serving
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _env_without_kameleon() -> dict[str, str]:
+    return {k: "" for k in os.environ if k.startswith("KAMELEON_")}
+
+
+def test_serve_defaults_to_memory_on_loopback() -> None:
+    port = free_port()
+    with serving([KAMELEON, "serve", "--port", str(port)], _env_without_kameleon(), port) as url:
+        body = httpx.get(url + "/v1/health").json()
+        assert body["store"] == "memory" and body["store_ready"] is True
+        created = httpx.post(url + "/v1/sessions", json={"algorithm": "rwm", "dim": 1})
+        assert created.status_code == 201
+
+
+def test_serve_takes_its_settings_from_the_environment(redis_url: str) -> None:
+    port = free_port()
+    env = {
+        **_env_without_kameleon(),
+        "KAMELEON_PORT": str(port),
+        "KAMELEON_STORE": "redis",
+        "KAMELEON_REDIS_URL": redis_url,
+    }
+    with serving([KAMELEON, "serve"], env, port) as url:
+        body = httpx.get(url + "/v1/health").json()
+        assert body == {**body, "store": "redis", "store_ready": True, "status": "ok"}
+
+
+def test_health_is_503_when_redis_is_unreachable() -> None:
+    port, dead = free_port(), free_port()
+    argv = [
+        KAMELEON,
+        "serve",
+        "--port",
+        str(port),
+        "--store",
+        "redis",
+        "--redis-url",
+        f"redis://127.0.0.1:{dead}/0",
+    ]
+    with serving(argv, _env_without_kameleon(), port) as url:
+        answer = httpx.get(url + "/v1/health")
+        assert answer.status_code == 503 and answer.json()["store_ready"] is False
+        created = httpx.post(url + "/v1/sessions", json={"algorithm": "rwm", "dim": 1})
+        assert created.status_code == 503
+        assert created.headers["content-type"] == "application/problem+json"
+
+
+def test_workers_need_a_shared_store() -> None:
+    out = subprocess.run(
+        [KAMELEON, "serve", "--workers", "2"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **_env_without_kameleon()},
+        timeout=30,
+    )
+    assert out.returncode == 2 and "--store redis" in out.stderr
+
+
+def _dockerfile() -> str:
+    return (ROOT / "Dockerfile").read_text(encoding="utf-8")
+
+
+def test_every_file_the_dockerfile_copies_exists() -> None:
+    sources = []
+    for line in _dockerfile().splitlines():
+        if not line.startswith("COPY "):
+            continue
+        parts = shlex.split(line)
+        if not any(p.startswith("--from") for p in parts):
+            sources += parts[1:-1]
+    assert sources, "the Dockerfile copies nothing"
+    for src in sources:
+        assert (ROOT / src).exists(), src
+
+
+def test_dockerfile_runs_as_non_root_with_healthcheck() -> None:
+    text = _dockerfile()
+    assert len(re.findall(r"^FROM ", text, re.M)) >= 2  # multi-stage
+    assert re.search(r"^USER (?!root)\S+", text, re.M)
+    assert "EXPOSE 8000" in text and "HEALTHCHECK" in text and "/v1/health" in text
+
+
+def test_the_images_command_starts_a_service(redis_url: str) -> None:
+    cmd = next(line for line in _dockerfile().splitlines() if line.startswith("CMD "))
+    argv = json.loads(cmd[len("CMD ") :])
+    assert argv[:2] == ["kameleon", "serve"] and "--store" in argv
+    port = free_port()
+    env = {**_env_without_kameleon(), "KAMELEON_PORT": str(port), "KAMELEON_REDIS_URL": redis_url}
+    with serving([KAMELEON, *argv[1:]], env, port) as url:
+        assert httpx.get(url + "/v1/health").json()["store"] == "redis"
+
+
+def test_compose_names_redis_with_appendonly_and_the_service() -> None:
+    compose = yaml.safe_load((ROOT / "compose.yaml").read_text(encoding="utf-8"))
+    services = compose["services"]
+    assert {"redis", "kameleon"} <= set(services)
+    assert "--appendonly" in services["redis"]["command"]
+    assert services["kameleon"]["build"] == "."
+    assert "KAMELEON_REDIS_URL" in services["kameleon"]["environment"]
+
+
+def test_readme_opens_with_the_two_commands() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
+    blocks = re.findall(r"```bash\n(.*?)```", readme, re.S)
+    run_cmd, test_cmd = blocks[0].strip(), blocks[1].strip()
+    assert "kameleon serve" in run_cmd and "pytest" in test_cmd
+    assert "\n" not in run_cmd and "\n" not in test_cmd
+    assert readme.index(test_cmd) < 400, "the two commands open the README"
+    assert test_cmd in ci.splitlines(), ".ci/run must run the README's test command exactly"

@@ -1,0 +1,48 @@
+"""core/ is a library: it imports nothing from service/, FastAPI, pydantic or Redis."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+FORBIDDEN = ("service", "fastapi", "pydantic", "pydantic_settings", "redis", "starlette", "uvicorn")
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module.split(".")[0])
+    return names
+
+
+def test_core_sources_import_nothing_forbidden() -> None:
+    files = sorted((ROOT / "core").rglob("*.py"))
+    assert files, "no core sources found"
+    offenders = {
+        str(f.relative_to(ROOT)): sorted(_imports(f) & set(FORBIDDEN))
+        for f in files
+        if _imports(f) & set(FORBIDDEN)
+    }
+    assert offenders == {}
+
+
+def test_importing_core_loads_nothing_forbidden() -> None:
+    """Also at run time: importing every core module pulls in none of them."""
+    code = (
+        "import importlib, pkgutil, sys, core\n"
+        "for m in pkgutil.walk_packages(core.__path__, 'core.'):\n"
+        "    importlib.import_module(m.name)\n"
+        f"bad = sorted(n for n in sys.modules if n.split('.')[0] in {FORBIDDEN!r})\n"
+        "print(','.join(bad))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.strip() == ""

@@ -42,6 +42,8 @@ from typing import Any, Literal, Protocol
 import numpy as np
 import numpy.typing as npt
 
+from core.rng import Stream, generator
+
 __all__ = [
     "ADAPTATION_MODES",
     "ChainState",
@@ -53,6 +55,7 @@ __all__ = [
     "StepInfo",
     "frozen_array",
     "metropolis_accept",
+    "metropolis_transition",
     "parse_params",
     "reset",
     "tell_initial",
@@ -244,6 +247,38 @@ def metropolis_accept(
         raise ValueError("log acceptance ratio is NaN")
     log_alpha = min(0.0, log_alpha)
     return bool(math.log(uniform) < log_alpha), math.exp(log_alpha)
+
+
+def metropolis_transition(
+    state: Any, proposal: Proposal, logdensity: float, *, warmup: int
+) -> tuple[Any, StepInfo, float]:
+    """The part of ``tell`` that every Metropolis-Hastings sampler shares.
+
+    Checks that ``proposal`` is the one ``state`` waits for; for the initial point,
+    applies :func:`tell_initial`; otherwise accepts or rejects with the accept stream's
+    first uniform and advances the common fields (``position``, ``logdensity``,
+    ``iteration``, ``accepted``). Returns the new state, what happened, and a second
+    uniform of the accept stream for the caller's adaptation coin (1.0 for the initial
+    point, which never adapts).
+    """
+    check_tell(state, proposal, logdensity)
+    if proposal.kind == "init":
+        new, info = tell_initial(state, proposal, logdensity)
+        return new, info, 1.0
+    t = proposal.iteration
+    u_accept, u_adapt = generator(state.seed, state.chain, t, Stream.ACCEPT).random(2)
+    accepted, prob = metropolis_accept(
+        logdensity, state.logdensity, proposal.log_correction, u_accept
+    )
+    new = dataclasses.replace(
+        state,
+        position=proposal.position if accepted else state.position,
+        logdensity=float(logdensity) if accepted else state.logdensity,
+        iteration=t,
+        accepted=state.accepted + accepted,
+    )
+    info = StepInfo(t, "accepted" if accepted else "rejected", prob, t <= warmup)
+    return new, info, float(u_adapt)
 
 
 def tell_initial(state: Any, proposal: Proposal, logdensity: float) -> tuple[Any, StepInfo]:

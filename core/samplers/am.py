@@ -46,11 +46,9 @@ from core.base import (
     OptionError,
     Proposal,
     StepInfo,
-    check_tell,
     frozen_array,
-    metropolis_accept,
+    metropolis_transition,
     parse_params,
-    tell_initial,
 )
 from core.rng import Stream, generator
 from core.serialization import register
@@ -207,32 +205,18 @@ def ask(state: State, params: Params) -> Proposal:
 def tell(
     state: State, params: Params, proposal: Proposal, logdensity: float
 ) -> tuple[State, StepInfo]:
-    check_tell(state, proposal, logdensity)
+    new, info, u_adapt = metropolis_transition(state, proposal, logdensity, warmup=params.warmup)
     if proposal.kind == "init":
-        return tell_initial(state, proposal, logdensity)
-    assert state.logdensity is not None
-    logdensity = float(logdensity)  # a numpy scalar would turn the state's counters into numpy ones
+        return new, info
     t = proposal.iteration
-    rng = generator(state.seed, state.chain, t, Stream.ACCEPT)
-    u_accept, u_adapt = rng.random(2)
-    accepted, prob = metropolis_accept(
-        logdensity, state.logdensity, proposal.log_correction, u_accept
-    )
-    position = proposal.position if accepted else state.position
     log_lambda = state.log_lambda
     p_adapt = adapt_probability(t, warmup=params.warmup, mode=params.adaptation)
     if params.adapt_scale and u_adapt < p_adapt:
-        log_lambda = robbins_monro(log_lambda, prob, params.target_acceptance, learning_rate(t))
+        rate = learning_rate(t)
+        log_lambda = robbins_monro(
+            log_lambda, info.acceptance_probability, params.target_acceptance, rate
+        )
     moments = state.moments
     if params.adaptation == "diminishing" or t <= params.warmup:
-        moments = moments.update(position)
-    new = dataclasses.replace(
-        state,
-        position=position,
-        logdensity=logdensity if accepted else state.logdensity,
-        iteration=t,
-        accepted=state.accepted + accepted,
-        log_lambda=log_lambda,
-        moments=moments,
-    )
-    return new, StepInfo(t, "accepted" if accepted else "rejected", prob, t <= params.warmup)
+        moments = moments.update(new.position)
+    return dataclasses.replace(new, log_lambda=log_lambda, moments=moments), info

@@ -60,11 +60,9 @@ from core.base import (
     OptionError,
     Proposal,
     StepInfo,
-    check_tell,
     frozen_array,
-    metropolis_accept,
+    metropolis_transition,
     parse_params,
-    tell_initial,
 )
 from core.reservoir import reservoir_update
 from core.rkhs import gaussian_kernel_grad, median_bandwidth
@@ -372,30 +370,17 @@ def ask(state: State, params: Params) -> Proposal:
 def tell(
     state: State, params: Params, proposal: Proposal, logdensity: float
 ) -> tuple[State, StepInfo]:
-    check_tell(state, proposal, logdensity)
+    new, info, u_adapt = metropolis_transition(state, proposal, logdensity, warmup=params.warmup)
     if proposal.kind == "init":
-        return tell_initial(state, proposal, logdensity)
-    assert state.logdensity is not None
+        return new, info
     t = proposal.iteration
-    rng = generator(state.seed, state.chain, t, Stream.ACCEPT)
-    u_accept, u_adapt = rng.random(2)
-    accepted, prob = metropolis_accept(
-        logdensity, state.logdensity, proposal.log_correction, u_accept
-    )
-    new = dataclasses.replace(
-        state,
-        position=proposal.position if accepted else state.position,
-        logdensity=float(logdensity) if accepted else state.logdensity,
-        iteration=t,
-        accepted=state.accepted + accepted,
-    )
-    info = StepInfo(t, "accepted" if accepted else "rejected", prob, t <= params.warmup)
     collecting = t > params.adapt_start and (
         params.adaptation == "diminishing" or t <= params.warmup
     )
     if not collecting:
         return new, info
-    return _adapt(new, state, params, prob, u_adapt < _adapt_probability(t, params)), info
+    adapting = u_adapt < _adapt_probability(t, params)
+    return _adapt(new, state, params, info.acceptance_probability, adapting), info
 
 
 def _adapt_probability(t: int, params: Params) -> float:

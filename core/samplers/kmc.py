@@ -63,10 +63,8 @@ from core.base import (
     OptionError,
     Proposal,
     StepInfo,
-    check_tell,
     frozen_array,
-    metropolis_accept,
-    tell_initial,
+    metropolis_transition,
 )
 from core.rkhs import median_bandwidth
 from core.rng import Stream, generator
@@ -312,24 +310,11 @@ def tell(
 ) -> tuple[S, StepInfo]:
     """Accept or reject ``proposal`` (made by :func:`ask` with ``surrogate``), adapt the
     scales and let ``collect`` update the surrogate."""
-    check_tell(state, proposal, logdensity)
+    new, info, u_adapt = metropolis_transition(state, proposal, logdensity, warmup=params.warmup)
     if proposal.kind == "init":
-        return tell_initial(state, proposal, logdensity)
-    assert state.logdensity is not None
+        return new, info
     t = proposal.iteration
-    rng = generator(state.seed, state.chain, t, Stream.ACCEPT)
-    u_accept, u_adapt = rng.random(2)
-    accepted, prob = metropolis_accept(
-        logdensity, state.logdensity, proposal.log_correction, u_accept
-    )
-    new = dataclasses.replace(
-        state,
-        position=proposal.position if accepted else state.position,
-        logdensity=float(logdensity) if accepted else state.logdensity,
-        iteration=t,
-        accepted=state.accepted + accepted,
-    )
-    info = StepInfo(t, "accepted" if accepted else "rejected", prob, t <= params.warmup)
+    prob = info.acceptance_probability
     if not params.is_collecting(t):
         return new, info
     p_adapt = adapt_probability(t, warmup=params.warmup, mode=params.adaptation)

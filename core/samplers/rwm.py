@@ -20,11 +20,9 @@ from core.base import (
     OptionError,
     Proposal,
     StepInfo,
-    check_tell,
     frozen_array,
-    metropolis_accept,
+    metropolis_transition,
     parse_params,
-    tell_initial,
 )
 from core.rng import Stream, generator
 from core.serialization import register
@@ -111,26 +109,15 @@ def ask(state: State, params: Params) -> Proposal:
 def tell(
     state: State, params: Params, proposal: Proposal, logdensity: float
 ) -> tuple[State, StepInfo]:
-    check_tell(state, proposal, logdensity)
+    new, info, u_adapt = metropolis_transition(state, proposal, logdensity, warmup=params.warmup)
     if proposal.kind == "init":
-        return tell_initial(state, proposal, logdensity)
-    assert state.logdensity is not None
+        return new, info
     t = proposal.iteration
-    rng = generator(state.seed, state.chain, t, Stream.ACCEPT)
-    u_accept, u_adapt = rng.random(2)
-    accepted, prob = metropolis_accept(
-        logdensity, state.logdensity, proposal.log_correction, u_accept
-    )
-    log_scale = state.log_scale
-    p_adapt = adapt_probability(t, warmup=params.warmup, mode=params.adaptation)
-    if params.adapt_scale and u_adapt < p_adapt:
-        log_scale = robbins_monro(log_scale, prob, params.target_acceptance, learning_rate(t))
-    new = dataclasses.replace(
-        state,
-        position=proposal.position if accepted else state.position,
-        logdensity=float(logdensity) if accepted else state.logdensity,
-        iteration=t,
-        accepted=state.accepted + accepted,
-        log_scale=log_scale,
-    )
-    return new, StepInfo(t, "accepted" if accepted else "rejected", prob, t <= params.warmup)
+    if params.adapt_scale and u_adapt < adapt_probability(
+        t, warmup=params.warmup, mode=params.adaptation
+    ):
+        log_scale = robbins_monro(
+            state.log_scale, info.acceptance_probability, params.target_acceptance, learning_rate(t)
+        )
+        new = dataclasses.replace(new, log_scale=log_scale)
+    return new, info

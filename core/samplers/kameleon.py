@@ -46,6 +46,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
@@ -326,6 +328,47 @@ def sample_proposal(
     return r, log_density_woodbury(r, gamma * gamma, scale2, M)
 
 
+class _FactorCache:
+    """Recently computed Cholesky factors of ``R_y``, so that ``ask`` factors once.
+
+    Each ``ask`` needs the factor at the current point ``x`` and at the proposal ``x*``;
+    the next ``ask`` starts from one of the two. The factor is a pure function of
+    ``(y, Z, l, gamma^2, s)``, so remembering it changes no result; entries hold their
+    ``Z`` so that its identity in the key stays unique, and the cache is bounded in bytes.
+    """
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self._entries: OrderedDict[tuple[Any, ...], tuple[FloatArray, FloatArray, float]] = (
+            OrderedDict()
+        )
+        self._lock = threading.Lock()
+
+    def get(
+        self, y: FloatArray, Z: FloatArray, bandwidth: float, gamma2: float, scale2: float
+    ) -> tuple[FloatArray, float]:
+        key = (id(Z), Z.shape, y.tobytes(), bandwidth, gamma2, scale2)
+        with self._lock:
+            hit = self._entries.get(key)
+            if hit is not None:
+                self._entries.move_to_end(key)
+                return hit[1], hit[2]
+        L = _covariance_cholesky(gamma2, scale2, gaussian_kernel_grad(y, Z, bandwidth))
+        log_det = _log_det_cholesky(L)
+        with self._lock:
+            if key not in self._entries:
+                self._entries[key] = (Z, L, log_det)
+                self.bytes += L.nbytes
+                while self.bytes > self.max_bytes and self._entries:
+                    _, (_, old, _) = self._entries.popitem(last=False)
+                    self.bytes -= old.nbytes
+        return L, log_det
+
+
+_FACTORS = _FactorCache(max_bytes=64 * 2**20)
+
+
 def _proposal_subsample(state: State) -> FloatArray:
     return state.reservoir if state.subsample is None else state.subsample
 
@@ -356,13 +399,24 @@ def ask(state: State, params: Params) -> Proposal:
         return Proposal(t, "proposal", frozen_array(x_new))
     Z = _proposal_subsample(state)
     bandwidth = state.bandwidth
-    gamma2 = params.gamma**2
+    gamma2 = params.gamma * params.gamma
     scale2 = math.exp(state.log_nu2) * bandwidth**4 / Z.shape[0]
-    M = gaussian_kernel_grad(x, Z, bandwidth)
-    step, log_q_forward = sample_proposal(rng, params.gamma, scale2, M)
-    x_new = x + step
-    M_new = gaussian_kernel_grad(x_new, Z, bandwidth)
-    log_q_backward = proposal_log_density(-step, gamma2, scale2, M_new)
+    if params.dim <= Z.shape[0]:
+        # Both densities by Cholesky factors of R at x and at x*; the factor at x was
+        # usually computed by the previous ask (x was its x* or its x).
+        L, log_det = _FACTORS.get(x, Z, bandwidth, gamma2, scale2)
+        e = rng.standard_normal(size=(params.dim,))
+        step = L @ e
+        log_q_forward = _log_density_whitened(e, log_det)
+        x_new = x + step
+        L_new, log_det_new = _FACTORS.get(x_new, Z, bandwidth, gamma2, scale2)
+        log_q_backward = _log_density_whitened(dtrsv(L_new, -step, lower=1), log_det_new)
+    else:
+        M = gaussian_kernel_grad(x, Z, bandwidth)
+        step, log_q_forward = sample_proposal(rng, params.gamma, scale2, M)
+        x_new = x + step
+        M_new = gaussian_kernel_grad(x_new, Z, bandwidth)
+        log_q_backward = log_density_woodbury(-step, gamma2, scale2, M_new)
     log_correction = log_q_backward - log_q_forward
     return Proposal(t, "proposal", frozen_array(x_new), log_correction)
 

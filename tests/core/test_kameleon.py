@@ -327,3 +327,29 @@ def test_tell_checks_the_proposal() -> None:
     state, params = fitted_state(2, 20)
     with pytest.raises(ValueError):
         kameleon.tell(state, params, Proposal(state.iteration + 2, "proposal", state.position), 0.0)
+
+
+def test_remembered_factors_change_no_proposal() -> None:
+    """ask gives the same proposal whether the factor at x was remembered or not."""
+    from core.targets import Banana
+
+    target = Banana(dim=3, b=0.03, v=100.0)
+    params = kameleon.make_params(3, {"subsample_size": 50}, warmup=200)
+    state = kameleon.init(np.zeros(3), params, seed=4, chain=0)
+    for _ in range(300):
+        proposal = kameleon.ask(state, params)
+        state, _ = kameleon.tell(state, params, proposal, target.logdensity(proposal.position))
+    remembered = kameleon.ask(state, params)
+    kameleon._FACTORS._entries.clear()
+    kameleon._FACTORS.bytes = 0
+    fresh = kameleon.ask(state, params)
+    np.testing.assert_array_equal(remembered.position, fresh.position)
+    assert remembered.log_correction == fresh.log_correction
+
+
+def test_factor_cache_stays_within_its_budget() -> None:
+    cache = kameleon._FactorCache(max_bytes=10 * 8 * 8 * 8)
+    Z = np.random.default_rng(0).standard_normal((20, 8))
+    for i in range(50):
+        cache.get(np.full(8, float(i)), Z, 2.0, 0.04, 0.1)
+    assert cache.bytes <= cache.max_bytes and len(cache._entries) == 10

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 from enum import IntEnum
+from typing import Any
 
 import numpy as np
 
@@ -31,17 +32,39 @@ class Stream(IntEnum):
 _local = threading.local()
 
 
-def _cached(stream: int) -> tuple[np.random.Philox, np.random.Generator]:
-    pool: dict[int, tuple[np.random.Philox, np.random.Generator]] | None = getattr(
-        _local, "pool", None
-    )
+class _Reusable:
+    """One Philox generator whose key and counter are set in place, and the state
+    document that sets them (built once: assigning it is what costs)."""
+
+    def __init__(self) -> None:
+        self.key = np.zeros(2, dtype=np.uint64)
+        self.counter = np.zeros(4, dtype=np.uint64)
+        self.bits = np.random.Philox(key=self.key)
+        self.generator = np.random.Generator(self.bits)
+        self.document: Any = {
+            "bit_generator": "Philox",
+            "state": {"counter": self.counter, "key": self.key},
+            "buffer": np.zeros(4, dtype=np.uint64),
+            "buffer_pos": 4,
+            "has_uint32": 0,
+            "uinteger": 0,
+        }
+
+    def reset(self, seed: int, chain: int, iteration: int, stream: int) -> np.random.Generator:
+        self.key[0], self.key[1] = seed, chain
+        self.counter[2], self.counter[3] = stream, iteration
+        self.bits.state = self.document
+        return self.generator
+
+
+def _reusable(stream: int) -> _Reusable:
+    pool: dict[int, _Reusable] | None = getattr(_local, "pool", None)
     if pool is None:
         pool = _local.pool = {}
-    pair = pool.get(stream)
-    if pair is None:
-        bits = np.random.Philox(key=np.zeros(2, dtype=np.uint64))
-        pair = pool[stream] = (bits, np.random.Generator(bits))
-    return pair
+    reusable = pool.get(stream)
+    if reusable is None:
+        reusable = pool[stream] = _Reusable()
+    return reusable
 
 
 def generator(seed: int, chain: int, iteration: int, stream: Stream | int) -> np.random.Generator:
@@ -63,19 +86,7 @@ def generator(seed: int, chain: int, iteration: int, stream: Stream | int) -> np
     """
     if not (0 <= seed <= MAX_SEED and chain >= 0 and iteration >= 0 and stream >= 0):
         raise ValueError("seed, chain, iteration and stream must be non-negative")
-    bits, gen = _cached(int(stream))
-    bits.state = {
-        "bit_generator": "Philox",
-        "state": {
-            "counter": np.array([0, 0, int(stream), iteration], dtype=np.uint64),
-            "key": np.array([seed, chain], dtype=np.uint64),
-        },
-        "buffer": np.zeros(4, dtype=np.uint64),
-        "buffer_pos": 4,
-        "has_uint32": 0,
-        "uinteger": 0,
-    }
-    return gen
+    return _reusable(int(stream)).reset(seed, chain, iteration, int(stream))
 
 
 def fresh_generator(

@@ -245,6 +245,10 @@ def _covariance_cholesky(gamma2: float, scale2: float, M: FloatArray) -> FloatAr
     """Lower Cholesky factor of ``R = gamma2 I + scale2 M^T H M`` (``d x d``).
 
     ``M^T H M = M^T M - n m m^T`` with ``m`` the mean row of ``M``: ``O(n d^2 + d^3)``.
+    ``R`` is positive definite, but when ``scale2`` dwarfs ``gamma2`` rounding can make
+    the computed matrix indefinite; then ``R + delta I`` with the smallest ``delta`` of
+    ``10^-12, 10^-10, ...`` times its mean diagonal that factors is used. Sampling and
+    both densities go through this one function, so the proposal stays consistent.
     """
     n, d = M.shape
     m = np.ones(n) @ M
@@ -252,7 +256,16 @@ def _covariance_cholesky(gamma2: float, scale2: float, M: FloatArray) -> FloatAr
     R -= np.outer(m, m / n)
     R *= scale2
     R.flat[:: d + 1] += gamma2
-    return _cholesky(R)
+    L, info = dpotrf(R, lower=1)
+    if info == 0:
+        return L  # type: ignore[no-any-return]
+    mean_diagonal = float(np.trace(R)) / d
+    for exponent in range(-12, 0, 2):
+        R.flat[:: d + 1] += mean_diagonal * 10.0**exponent
+        L, info = dpotrf(R, lower=1)
+        if info == 0:
+            return L  # type: ignore[no-any-return]
+    raise np.linalg.LinAlgError("proposal covariance is not positive definite")
 
 
 def _log_density_whitened(w: FloatArray, log_det: float) -> float:

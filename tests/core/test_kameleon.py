@@ -353,3 +353,14 @@ def test_factor_cache_stays_within_its_budget() -> None:
     for i in range(50):
         cache.get(np.full(8, float(i)), Z, 2.0, 0.04, 0.1)
     assert cache.bytes <= cache.max_bytes and len(cache._entries) == 10
+
+
+def test_covariance_that_rounding_makes_indefinite_still_factors() -> None:
+    """A kernel part 1e18 times the nugget: the computed R is not positive definite, and
+    a jitter of 1e-12 of its mean diagonal (or more) is added."""
+    M = np.random.default_rng(3).standard_normal((30, 6))
+    M[:, 5] = M[:, 4] * (1 + 1e-9)  # nearly rank deficient
+    L = kameleon._covariance_cholesky(1e-18, 1.0, M)
+    R = M.T @ M - np.outer(M.sum(0), M.sum(0) / 30)
+    assert np.all(np.isfinite(L)) and np.all(np.diag(L) > 0)
+    np.testing.assert_allclose(L @ L.T, R, atol=1e-8 * np.trace(R))

@@ -128,3 +128,25 @@ def test_readme_opens_with_the_two_commands() -> None:
     assert "\n" not in run_cmd and "\n" not in test_cmd
     assert readme.index(test_cmd) < 400, "the two commands open the README"
     assert test_cmd in ci.splitlines(), ".ci/run must run the README's test command exactly"
+
+
+def test_several_workers_share_sessions_through_redis(redis_url: str, redis_prefix: str) -> None:
+    port = free_port()
+    env = {
+        **_env_without_kameleon(),
+        "KAMELEON_REDIS_URL": redis_url,
+        "KAMELEON_REDIS_PREFIX": redis_prefix,
+    }
+    argv = [KAMELEON, "serve", "--port", str(port), "--workers", "2", "--store", "redis"]
+    with serving(argv, env, port) as url:
+        created = httpx.post(url + "/v1/sessions", json={"algorithm": "rwm", "dim": 2, "chains": 4})
+        assert created.status_code == 201
+        sid = created.json()["id"]
+        # new connections land on either process; every one sees the session
+        for _ in range(8):
+            with httpx.Client(base_url=url) as client:
+                assert client.get(f"/v1/sessions/{sid}").status_code == 200
+                asked = client.post(
+                    f"/v1/sessions/{sid}/ask", json={"max": 1, "lease_seconds": 0.01}
+                )
+                assert asked.status_code == 200

@@ -150,14 +150,6 @@ class _LRU(OrderedDict[Any, Any]):
             self.popitem(last=False)
 
 
-@dataclass
-class _Told:
-    """How one result of a tell was decided."""
-
-    index: int
-    outcome: str = ""
-
-
 def _chain_status(meta: SessionMeta, chain: _Chain) -> str:
     state = chain.state
     if state.logdensity is None:

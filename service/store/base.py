@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import abc
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 __all__ = [
     "ApplyResult",
@@ -121,9 +121,10 @@ class ApplyResult:
 
 @dataclass(frozen=True, slots=True)
 class SessionPage:
+    """One page of a listing: metadata documents, and the cursor of the next page."""
+
     sessions: list[bytes]
     next_cursor: str | None = None
-    extra: dict[str, str] = field(default_factory=dict)
 
 
 class Store(abc.ABC):

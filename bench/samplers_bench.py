@@ -42,10 +42,10 @@ def _correlated_gaussian(dim: int) -> Gaussian:
 
 #: name -> (target, iterations, warm-up): the seeds' run lengths (ALGORITHMS.md 1.4).
 TARGETS: dict[str, tuple[Any, int, int]] = {
-    "B(0.1,100)": (Banana(dim=8, b=0.1, v=100.0), 80_000, 40_000),
-    "B(0.03,100)": (Banana(dim=8, b=0.03, v=100.0), 40_000, 20_000),
-    "F(10,6,6,1)": (Flower(dim=8), 120_000, 60_000),
-    "Gaussian-8": (_correlated_gaussian(8), 40_000, 20_000),
+    "banana-0.1": (Banana(dim=8, b=0.1, v=100.0), 80_000, 40_000),  # B(0.1, 100)
+    "banana-0.03": (Banana(dim=8, b=0.03, v=100.0), 40_000, 20_000),  # B(0.03, 100)
+    "flower": (Flower(dim=8), 120_000, 60_000),  # F(10, 6, 6, 1)
+    "gaussian": (_correlated_gaussian(8), 40_000, 20_000),  # scales 0.1 to 10, rotated
 }
 
 

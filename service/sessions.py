@@ -44,7 +44,10 @@ __all__ = ["ROW_HEADER", "SessionMeta", "SessionService"]
 #: after the transition, and 1.0 if the proposal was accepted.
 ROW_HEADER = 3
 _MAX_CAS_ATTEMPTS = 16
-_CACHE_SIZE = 100_000
+#: Chains whose decoded state (and cold part) a process keeps. These caches only save
+#: store reads: a chain that fell out is read again. A kernel sampler's chain holds its
+#: subsample (64 KB for n = 1000, d = 8), so the bound is also one on memory.
+_CACHE_SIZE = 16_384
 
 
 @dataclass(frozen=True, slots=True)

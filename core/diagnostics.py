@@ -42,7 +42,7 @@ floating point.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import TypedDict
@@ -58,8 +58,10 @@ __all__ = [
     "MIN_DRAWS",
     "ParameterSummary",
     "ess_bulk",
+    "ess_mean",
     "ess_tail",
     "mcse_mean",
+    "per_parameter",
     "rhat",
     "summarize",
 ]
@@ -100,6 +102,28 @@ def ess_bulk(draws: npt.ArrayLike) -> float:
     if not _assessable(chains):
         return math.nan
     return _ess(_Ranked.of(_split(chains)).scores())
+
+
+def ess_mean(draws: npt.ArrayLike) -> float:
+    """ESS of the mean: the ESS of the split chains themselves, not of their ranks.
+
+    For quantities with a finite variance (ArviZ's ``ess(method="mean")``); this is the
+    ESS behind :func:`mcse_mean`.
+
+    Parameters
+    ----------
+    draws
+        Draws of one parameter, shape ``(chains, draws)``.
+
+    Returns
+    -------
+    float
+        The ESS; NaN when undefined (see the module docstring).
+    """
+    chains = _as_chains(draws)
+    if not _assessable(chains):
+        return math.nan
+    return _ess(_split(chains))
 
 
 def ess_tail(draws: npt.ArrayLike) -> float:
@@ -165,6 +189,29 @@ def mcse_mean(draws: npt.ArrayLike) -> float:
     if not _assessable(chains):
         return math.nan
     return _mcse_mean(chains, _moments(chains)[1])
+
+
+def per_parameter(statistic: Callable[[FloatArray], float], draws: npt.ArrayLike) -> FloatArray:
+    """``statistic`` (one of the one-parameter functions above) of every parameter.
+
+    Parameters
+    ----------
+    statistic
+        For example :func:`ess_mean` or :func:`mcse_mean`.
+    draws
+        Shape ``(chains, draws, ...)``: every trailing index is one parameter.
+
+    Returns
+    -------
+    numpy.ndarray
+        Shape ``draws.shape[2:]``.
+    """
+    values = np.asarray(draws, dtype=np.float64)
+    if values.ndim < 2:
+        raise ValueError("draws must have shape (chains, draws, ...)")
+    flat = values.reshape(*values.shape[:2], -1)
+    out = np.array([statistic(flat[:, :, k]) for k in range(flat.shape[2])])
+    return out.reshape(values.shape[2:])
 
 
 def summarize(draws: npt.ArrayLike, names: Sequence[str]) -> list[ParameterSummary]:

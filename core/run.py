@@ -13,7 +13,6 @@ Analysis", 3rd ed., section 11.5) truncated by Geyer's (1992) initial monotone s
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import ModuleType
@@ -27,8 +26,6 @@ from core.base import FloatArray, frozen_array
 
 __all__ = [
     "ChainResult",
-    "effective_sample_size",
-    "monte_carlo_standard_error",
     "run_chain",
     "sample",
 ]
@@ -189,54 +186,3 @@ def sample(
         for c in range(chains)
     ]
     return np.stack([run.draws[warmup:] for run in runs])
-
-
-def effective_sample_size(draws: npt.ArrayLike) -> FloatArray:
-    """Effective sample size of the mean of each quantity in ``draws``.
-
-    Parameters
-    ----------
-    draws
-        Shape ``(chains, n, ...)``: ``n`` successive draws of each chain; every trailing
-        index is a separate quantity.
-
-    Returns
-    -------
-    numpy.ndarray
-        Shape ``draws.shape[2:]``: ``chains * n / tau`` with ``tau`` the integrated
-        autocorrelation time, estimated from the chains together (between-chain
-        differences count as slow mixing). Not rank-normalised: meant for quantities
-        with a finite variance.
-    """
-    x = np.asarray(draws, dtype=np.float64)
-    if x.ndim < 2 or x.shape[1] < 4:
-        raise ValueError("draws must have shape (chains, n, ...) with n >= 4")
-    chains, n = x.shape[:2]
-    x = x.reshape(chains, n, -1)
-    centred = x - x.mean(axis=1, keepdims=True)
-    spectrum = np.fft.rfft(centred, n=2 * n, axis=1)
-    autocovariance = np.fft.irfft(spectrum * np.conj(spectrum), axis=1)[:, :n] / n
-    within = np.mean(autocovariance[:, 0] * n / (n - 1), axis=0)
-    between = np.var(x.mean(axis=1), axis=0, ddof=1) if chains > 1 else 0.0
-    pooled = within * (n - 1) / n + between
-    ess = np.empty(x.shape[2])
-    for k in range(x.shape[2]):
-        if not pooled[k] > 0:  # constant draws: nothing to estimate
-            ess[k] = np.nan
-            continue
-        rho = 1 - (within[k] - autocovariance[:, :, k].mean(axis=0)) / pooled[k]
-        pairs = rho[: n - n % 2 : 2] + rho[1 : n - n % 2 : 2]
-        negative = np.flatnonzero(pairs <= 0)
-        pairs = pairs[: negative[0] if negative.size else pairs.size]
-        tau = -1 + 2 * np.sum(np.minimum.accumulate(pairs))
-        # Stan's cap: antithetic chains may have tau < 1, but not ESS > N log10 N.
-        ess[k] = chains * n / max(tau, 1 / math.log10(chains * n))
-    return ess.reshape(np.shape(draws)[2:])
-
-
-def monte_carlo_standard_error(draws: npt.ArrayLike) -> FloatArray:
-    """Standard error of the mean of each quantity in ``draws`` (shape ``(chains, n, ...)``)."""
-    x = np.asarray(draws, dtype=np.float64)
-    flat = x.reshape(-1, *x.shape[2:])
-    standard_error: FloatArray = np.sqrt(np.var(flat, axis=0, ddof=1) / effective_sample_size(x))
-    return standard_error

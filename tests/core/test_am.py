@@ -10,7 +10,8 @@ import pytest
 
 from core.adaptation import Welford
 from core.base import OptionError
-from core.run import monte_carlo_standard_error, run_chain
+from core.diagnostics import mcse_mean, per_parameter
+from core.run import run_chain
 from core.samplers import am
 from core.serialization import encode
 from core.targets import Gaussian
@@ -73,7 +74,7 @@ def test_covariance_estimate_converges_to_the_target_covariance() -> None:
     ]
     centred = np.stack([run.draws for run in runs]) - TARGET.mean
     products = centred[..., :, None] * centred[..., None, :]
-    tolerance = 5 * monte_carlo_standard_error(products) + 0.02 * np.abs(TARGET.covariance).max()
+    tolerance = 5 * per_parameter(mcse_mean, products) + 0.02 * np.abs(TARGET.covariance).max()
     for run in runs:
         error = np.abs(run.state.moments.covariance() - TARGET.covariance)
         assert np.all(error < 2 * tolerance)  # one chain: a standard error sqrt(4) larger

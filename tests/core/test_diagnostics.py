@@ -167,6 +167,23 @@ def test_mcse_scales_with_the_draws() -> None:
     assert scaled == pytest.approx(3.0 * diagnostics.mcse_mean(draws), rel=1e-10)
 
 
+@pytest.mark.parametrize("label", list(REFERENCE_DATA))
+def test_ess_of_the_mean_matches_arviz(label: str) -> None:
+    draws = REFERENCE_DATA[label]
+    expected = float(AZ.ess(draws, method="mean"))
+    # The same rounding-only tolerance as the other ArviZ comparisons.
+    assert diagnostics.ess_mean(draws) == pytest.approx(expected, rel=1e-9, nan_ok=True)
+
+
+def test_per_parameter_applies_a_statistic_to_every_trailing_index() -> None:
+    draws = np.random.default_rng(8).normal(size=(4, 200, 2, 3))
+    values = diagnostics.per_parameter(diagnostics.ess_mean, draws)
+    assert values.shape == (2, 3)
+    assert values[1, 2] == diagnostics.ess_mean(draws[:, :, 1, 2])
+    with pytest.raises(ValueError):
+        diagnostics.per_parameter(diagnostics.ess_mean, np.zeros(5))
+
+
 def test_summarize_collects_the_diagnostics() -> None:
     rng = np.random.default_rng(4)
     draws = np.stack([ar1(rng, 0.7, 3, 500), rng.standard_cauchy(size=(3, 500))], axis=-1)

@@ -6,7 +6,7 @@ the true ones, within 5 Monte Carlo standard errors plus a floor of 1% of the sc
 
 The standard error of the average of ``f(x)`` is ``sd(f) / sqrt(ESS)``: the effective
 sample size comes from the chains' autocorrelations
-(:func:`core.run.effective_sample_size`), and ``sd(f)`` is the target's, computed from
+(:func:`core.diagnostics.ess_mean`, split chains), and ``sd(f)`` is the target's, computed from
 exact draws. With the chains' own ``sd(f)`` a heavy-tailed ``f`` (``y_2^2`` of the
 banana, whose arms a random walk visits rarely) gives errors and standard errors that
 are both too small together, and skewed z-scores. 5 standard errors make a false alarm
@@ -24,10 +24,10 @@ import functools
 
 import numpy as np
 import pytest
-from scipy.signal import lfilter
 
 from core import SAMPLERS
-from core.run import effective_sample_size, run_chain
+from core.diagnostics import ess_mean, per_parameter
+from core.run import run_chain
 from core.targets import Banana, Gaussian
 
 SEED = 11
@@ -82,7 +82,7 @@ def _target_sds(target_name: str) -> tuple[np.ndarray, np.ndarray]:
 def _assert_average(
     values: np.ndarray, truth: np.ndarray, sd: np.ndarray, floor: np.ndarray
 ) -> None:
-    ess = effective_sample_size(values)
+    ess = per_parameter(ess_mean, values)
     assert np.all(ess > MIN_ESS), f"effective sample sizes {ess} are too small"
     estimate = values.mean(axis=(0, 1))
     tolerance = 5 * sd / np.sqrt(ess) + floor
@@ -100,21 +100,3 @@ def test_moments_match_the_target(name: str, target_name: str) -> None:
     scale = np.sqrt(target.variance)
     _assert_average(draws, target.mean, sd_x, 0.01 * scale)
     _assert_average((draws - target.mean) ** 2, target.variance, sd_square, 0.01 * scale**2)
-
-
-def test_effective_sample_size_of_an_autoregressive_process() -> None:
-    # AR(1) with coefficient phi has integrated autocorrelation time (1 + phi) / (1 - phi).
-    # Estimates over 4 x 5000 draws scatter by a few percent: 15% is several times that.
-    rng = np.random.default_rng(3)
-    for phi in (0.0, 0.5, 0.9):
-        x = lfilter([1.0], [1.0, -phi], rng.standard_normal((4, 5000)), axis=1)
-        expected = 4 * 5000 * (1 - phi) / (1 + phi)
-        assert effective_sample_size(x[..., None])[0] == pytest.approx(expected, rel=0.15)
-
-
-def test_effective_sample_size_sees_chains_that_disagree() -> None:
-    # Independent draws within each chain, but each chain around its own mean: the
-    # pooled estimate of the mean is only as good as the number of chains.
-    rng = np.random.default_rng(4)
-    x = rng.standard_normal((4, 1000)) + 10 * np.arange(4)[:, None]
-    assert effective_sample_size(x[..., None])[0] < 10

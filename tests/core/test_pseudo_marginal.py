@@ -22,7 +22,8 @@ import numpy as np
 import pytest
 
 from core import SAMPLERS
-from core.run import effective_sample_size, run_chain
+from core.diagnostics import ess_mean, per_parameter
+from core.run import run_chain
 from core.targets import Gaussian, PseudoMarginal
 
 TARGET = Gaussian([0.0, 1.0], [[1.0, 0.5], [0.5, 2.0]])
@@ -45,9 +46,9 @@ def _z_scores(draws: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Errors of the pooled mean and variance in units of the tolerance's standard error."""
     sd = np.sqrt(TARGET.variance)
     squares = (draws - TARGET.mean) ** 2
-    ess_mean, ess_square = effective_sample_size(draws), effective_sample_size(squares)
-    assert np.all(ess_mean > MIN_ESS) and np.all(ess_square > MIN_ESS)
-    z_mean = (draws.mean(axis=(0, 1)) - TARGET.mean) / (sd / np.sqrt(ess_mean) + 0.002 * sd)
+    ess_x, ess_square = per_parameter(ess_mean, draws), per_parameter(ess_mean, squares)
+    assert np.all(ess_x > MIN_ESS) and np.all(ess_square > MIN_ESS)
+    z_mean = (draws.mean(axis=(0, 1)) - TARGET.mean) / (sd / np.sqrt(ess_x) + 0.002 * sd)
     z_variance = (squares.mean(axis=(0, 1)) - TARGET.variance) / (
         np.sqrt(2) * sd**2 / np.sqrt(ess_square) + 0.002 * sd**2
     )

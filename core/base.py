@@ -56,6 +56,7 @@ __all__ = [
     "frozen_array",
     "metropolis_accept",
     "metropolis_transition",
+    "new_chain_fields",
     "parse_params",
     "reset",
     "tell_initial",
@@ -247,6 +248,20 @@ def metropolis_accept(
         raise ValueError("log acceptance ratio is NaN")
     log_alpha = min(0.0, log_alpha)
     return bool(math.log(uniform) < log_alpha), math.exp(log_alpha)
+
+
+def new_chain_fields(position: Any, *, seed: int, chain: int) -> dict[str, Any]:
+    """The :class:`ChainState` fields of a chain waiting for its initial point to be
+    evaluated; a sampler's ``init`` adds its own fields."""
+    return {
+        "position": frozen_array(position),
+        "logdensity": None,
+        "iteration": 0,
+        "accepted": 0,
+        "epoch": 0,
+        "seed": seed,
+        "chain": chain,
+    }
 
 
 def metropolis_transition(

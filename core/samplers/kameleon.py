@@ -64,6 +64,7 @@ from core.base import (
     StepInfo,
     frozen_array,
     metropolis_transition,
+    new_chain_fields,
     parse_params,
 )
 from core.reservoir import reservoir_update
@@ -215,13 +216,7 @@ def make_params(dim: int, options: Mapping[str, Any], *, warmup: int) -> Params:
 def init(position: Any, params: Params, *, seed: int, chain: int) -> State:
     reservoir = frozen_array(np.empty((0, params.dim)))
     return State(
-        position=frozen_array(position),
-        logdensity=None,
-        iteration=0,
-        accepted=0,
-        epoch=0,
-        seed=seed,
-        chain=chain,
+        **new_chain_fields(position, seed=seed, chain=chain),
         log_nu2=math.log(params.initial_nu2),
         reservoir=reservoir,
         history_size=0,

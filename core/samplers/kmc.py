@@ -65,6 +65,7 @@ from core.base import (
     StepInfo,
     frozen_array,
     metropolis_transition,
+    new_chain_fields,
 )
 from core.rkhs import median_bandwidth
 from core.rng import Stream, generator
@@ -216,13 +217,7 @@ def initial_fields(position: Any, params: KMCParams, *, seed: int, chain: int) -
     """The shared fields of a new chain's state."""
     log_rw_scale = math.log(params.initial_rw_scale)
     return {
-        "position": frozen_array(position),
-        "logdensity": None,
-        "iteration": 0,
-        "accepted": 0,
-        "epoch": 0,
-        "seed": seed,
-        "chain": chain,
+        **new_chain_fields(position, seed=seed, chain=chain),
         "log_rw_scale": log_rw_scale,
         "log_step_size": log_rw_scale if params.step_size is None else math.log(params.step_size),
         "bandwidth": None,

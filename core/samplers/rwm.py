@@ -22,6 +22,7 @@ from core.base import (
     StepInfo,
     frozen_array,
     metropolis_transition,
+    new_chain_fields,
     parse_params,
 )
 from core.rng import Stream, generator
@@ -86,13 +87,7 @@ def make_params(dim: int, options: Mapping[str, Any], *, warmup: int) -> Params:
 
 def init(position: Any, params: Params, *, seed: int, chain: int) -> State:
     return State(
-        position=frozen_array(position),
-        logdensity=None,
-        iteration=0,
-        accepted=0,
-        epoch=0,
-        seed=seed,
-        chain=chain,
+        **new_chain_fields(position, seed=seed, chain=chain),
         log_scale=math.log(params.initial_scale),
     )
 

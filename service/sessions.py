@@ -30,6 +30,7 @@ import numpy as np
 
 from core import SAMPLERS
 from core.base import OptionError, Proposal, StepInfo, describe_params, reset
+from core.diagnostics import summarize
 from core.serialization import CodecError, cold_changed, decode, encode
 from service import errors
 from service.config import Settings
@@ -621,8 +622,9 @@ class SessionService:
                 draw = _row(value, state, accepted)
         if state is ch.state and init_value == ch.init_value:
             return None, None, conflicts
-        cold = dumps(encode(state)[1]) if cold_changed(ch.state, state) else None
-        hot = dumps(encode(state, with_cold=False)[0])
+        changed = cold_changed(ch.state, state)
+        hot_doc, cold_doc = encode(state, with_cold=changed)
+        hot, cold = dumps(hot_doc), (dumps(cold_doc) if changed else None)
         active = _active(meta, state, init_value)
         update = ChainUpdate(
             ch.chain,
@@ -740,12 +742,43 @@ class SessionService:
 
     # ------------------------------------------------------------ draws, diagnostics
 
+    async def diagnostics(self, session_id: str, owner: str) -> dict[str, Any]:
+        """Convergence diagnostics of the post-warm-up draws (chains cut to a common
+        length) and each chain's post-warm-up acceptance rate; computed off the event
+        loop."""
+        meta = await self.meta(session_id, owner)
+        chains: list[dict[str, Any]] = []
+        arrays = []
+        for ch in await self.store.load_chains(meta.id, range(meta.chains)):
+            rows = await self.read_rows(meta, ch.chain, meta.warmup, ch.draws)
+            arrays.append(rows)
+            chains.append(
+                {
+                    "chain": ch.chain,
+                    "iterations": ch.draws,
+                    "draws": len(rows),
+                    "acceptance_rate": float(rows[:, 2].mean()) if len(rows) else None,
+                }
+            )
+        common = min(len(a) for a in arrays)
+        draws = np.stack([a[:common, ROW_HEADER:] for a in arrays])
+        stats = await asyncio.to_thread(summarize, draws, list(meta.param_names))
+        parameters = [{k: _none_if_not_finite(v) for k, v in p.items()} for p in stats]
+        return {"parameters": parameters, "chains": chains}
+
     async def read_rows(
         self, meta: SessionMeta, chain: int, start: int, stop: int
     ) -> np.ndarray[Any, np.dtype[np.float64]]:
         """Draw rows ``[start, stop)`` of one chain, shape ``(rows, ROW_HEADER + dim)``."""
         raw = await self.store.read_draws(meta.id, chain, start, stop, 8 * (ROW_HEADER + meta.dim))
         return np.frombuffer(raw, dtype="<f8").reshape(-1, ROW_HEADER + meta.dim)
+
+
+def _none_if_not_finite(value: Any) -> Any:
+    """Statistics that are undefined (NaN) or unbounded (R-hat of stuck chains) as null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
 
 
 def _same(a: float, b: float) -> bool:

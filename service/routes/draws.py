@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import io
-import math
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 from urllib.parse import urlencode
 
 import numpy as np
@@ -12,7 +11,6 @@ from fastapi import APIRouter, Query, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
-from core.diagnostics import summarize
 from service import errors
 from service.deps import OwnerDep, SessionsDep, SettingsDep
 from service.jsonio import JSON
@@ -138,13 +136,6 @@ async def get_draws(
     return Response(_npy(slices, meta.dim), media_type=_FORMATS["npy"], headers=headers)
 
 
-def _none_if_nan(value: Any) -> Any:
-    """Statistics that are undefined (NaN) or unbounded (R-hat of stuck chains) as null."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
-
-
 @router.get(
     "/diagnostics", name="get_diagnostics", response_model=Diagnostics, responses=problems(404)
 )
@@ -153,23 +144,4 @@ async def get_diagnostics(session_id: str, sessions: SessionsDep, owner: OwnerDe
     split R-hat (Vehtari et al. 2021) over the post-warm-up draws, the chains cut to a
     common length; per chain: iterations and post-warm-up acceptance rate. Undefined
     values (too few draws, constant chains) are null."""
-    meta = await sessions.meta(session_id, owner)
-    records = await sessions.store.load_chains(meta.id, range(meta.chains))
-    chains: list[dict[str, Any]] = []
-    arrays = []
-    for record in records:
-        rows = await sessions.read_rows(meta, record.chain, meta.warmup, record.draws)
-        arrays.append(rows)
-        chains.append(
-            {
-                "chain": record.chain,
-                "iterations": record.draws,
-                "draws": len(rows),
-                "acceptance_rate": float(rows[:, 2].mean()) if len(rows) else None,
-            }
-        )
-    common = min(len(a) for a in arrays)
-    draws = np.stack([a[:common, ROW_HEADER:] for a in arrays])
-    stats = await run_in_threadpool(summarize, draws, list(meta.param_names))
-    parameters = [{k: _none_if_nan(v) for k, v in p.items()} for p in stats]
-    return JSON({"parameters": parameters, "chains": chains})
+    return JSON(await sessions.diagnostics(session_id, owner))

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from core.base import FloatArray, frozen_array
-from core.serialization import register
+from kameleon.core.base import FloatArray, frozen_array
+from kameleon.core.serialization import register
 
 __all__ = [
     "Welford",
@@ -63,7 +63,7 @@ def robbins_monro(
     return min(50.0, max(-50.0, log_scale + rate * (alpha - target)))
 
 
-@register
+@register("adaptation.Welford")
 @dataclass(frozen=True, slots=True)
 class Welford:
     """Running mean and covariance (Welford's algorithm), O(d^2) memory.

@@ -5,16 +5,18 @@ A sampler is a module with the same names in each (BlackJAX style):
 ``NAME``
     The registry name (``"rwm"``, ``"kameleon"``, ...).
 ``Params``
-    A frozen dataclass of options. Every field has a documented default; the
-    :func:`parse_params` helper validates a plain mapping of options into it.
+    A frozen dataclass of options with the fields ``dim`` and ``warmup``, which the
+    session sets. Every other field has a documented default; the :func:`parse_params`
+    helper validates a plain mapping of options into it.
 ``State``
-    A frozen dataclass that carries everything the next transition needs and nothing
-    random: randomness comes from :func:`core.rng.generator`. Arrays in a state are
-    read-only float64 numpy arrays; a new state never shares a writeable buffer with
-    an old one.
+    A frozen dataclass, a subclass of :class:`ChainState` (the fields every chain has),
+    that carries everything the next transition needs and nothing random: randomness
+    comes from :func:`core.rng.generator`. Arrays in a state are read-only float64 numpy
+    arrays; a new state never shares a writeable buffer with an old one.
 ``make_params(dim, options, *, warmup) -> Params``
     Validated options for a chain of dimension ``dim`` whose first ``warmup``
-    iterations are warm-up. Unknown options raise :class:`OptionError`.
+    iterations are warm-up. Unknown options raise :class:`OptionError`. Every sampler's
+    is :func:`params_parser` of its ``Params``.
 ``init(position, params, *, seed, chain) -> State``
     A chain waiting for its initial point to be evaluated.
 ``ask(state, params) -> Proposal``
@@ -27,6 +29,11 @@ The split is at the log-density call, so the log density can be evaluated anywhe
 in another process, another language, or as the log of an unbiased estimate
 (pseudo-marginal MCMC). The current state's log density is cached in the state and
 never asked for again; only proposals are evaluated.
+
+What every sampler's ``ask`` and ``tell`` have in common is here: :func:`metropolis_ask`
+hands out the initial point and draws the proposal stream, and a sampler gives only its
+proposal; :func:`metropolis_tell` checks the told value, accepts or rejects, and a
+sampler gives only its adaptation.
 """
 
 from __future__ import annotations
@@ -35,28 +42,35 @@ import dataclasses
 import math
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
-from core.rng import Stream, generator
+from kameleon.core.rng import Stream, generator
 
 __all__ = [
     "ADAPTATION_MODES",
+    "Adapt",
+    "ChainParams",
     "ChainState",
     "FloatArray",
+    "MakeParams",
     "OptionError",
     "Outcome",
     "Proposal",
+    "Propose",
     "Sampler",
     "StepInfo",
     "frozen_array",
     "metropolis_accept",
+    "metropolis_ask",
+    "metropolis_tell",
     "metropolis_transition",
     "new_chain_fields",
+    "params_parser",
     "parse_params",
     "reset",
     "tell_initial",
@@ -118,8 +132,10 @@ class StepInfo:
     is_warmup: bool
 
 
-class ChainState(Protocol):
-    """Fields that every sampler's state has."""
+@dataclass(frozen=True, slots=True)
+class ChainState:
+    """The fields every sampler's ``State`` has: each ``State`` is a subclass that adds
+    its own (see :func:`new_chain_fields` for a new chain's values)."""
 
     position: FloatArray
     logdensity: float | None  # None: the initial point is not evaluated yet
@@ -130,6 +146,27 @@ class ChainState(Protocol):
     chain: int
 
 
+class ChainParams(Protocol):
+    """What every sampler's ``Params`` has: the values the session fixes."""
+
+    @property
+    def dim(self) -> int: ...
+
+    @property
+    def warmup(self) -> int: ...
+
+
+S = TypeVar("S", bound=ChainState)
+P = TypeVar("P", bound=ChainParams)
+P_co = TypeVar("P_co", covariant=True)
+
+
+class MakeParams(Protocol[P_co]):
+    """``make_params(dim, options, *, warmup) -> Params`` (see :func:`params_parser`)."""
+
+    def __call__(self, dim: int, options: Mapping[str, Any], *, warmup: int) -> P_co: ...
+
+
 class Sampler(Protocol):
     """The module interface (see the module docstring)."""
 
@@ -137,7 +174,7 @@ class Sampler(Protocol):
     Params: type
     State: type
 
-    def make_params(self, dim: int, options: Mapping[str, Any], *, warmup: int) -> Any: ...
+    make_params: MakeParams[Any]
 
     def init(self, position: Any, params: Any, *, seed: int, chain: int) -> Any: ...
 
@@ -219,6 +256,17 @@ def parse_params(cls: type, options: Mapping[str, Any], **fixed: Any) -> Any:
     return cls(**values, **fixed)
 
 
+def params_parser(cls: type[P]) -> MakeParams[P]:
+    """A sampler's ``make_params`` for its ``Params`` dataclass ``cls``: the session fixes
+    ``dim`` and ``warmup``, the user's options set the rest (:func:`parse_params`)."""
+
+    def make_params(dim: int, options: Mapping[str, Any], *, warmup: int) -> P:
+        return parse_params(cls, options, dim=dim, warmup=warmup)  # type: ignore[no-any-return]
+
+    make_params.__doc__ = f"Validated :class:`{cls.__qualname__}` for a chain of dimension ``dim``."
+    return make_params
+
+
 def describe_params(cls: type, **fixed: Any) -> dict[str, Any]:
     """The options of ``cls`` with their defaults (for documentation and summaries)."""
     out: dict[str, Any] = {}
@@ -248,6 +296,41 @@ def metropolis_accept(
         raise ValueError("log acceptance ratio is NaN")
     log_alpha = min(0.0, log_alpha)
     return bool(math.log(uniform) < log_alpha), math.exp(log_alpha)
+
+
+Propose = Callable[[S, P, np.random.Generator], tuple[npt.ArrayLike, float]]
+"""A sampler's proposal ``propose(state, params, rng) -> (position, log_correction)``
+from a state whose log density is known, with ``rng`` its proposal stream."""
+
+Adapt = Callable[[S, S, P, Proposal, StepInfo, float], S]
+"""A sampler's adaptation after an accept/reject step,
+``adapt(old, new, params, proposal, info, u_adapt) -> new``: ``old`` is the state told,
+``new`` the state after the step (:func:`metropolis_transition`), ``u_adapt`` a uniform
+of the accept stream for the adaptation coin."""
+
+
+def metropolis_ask(state: S, params: P, propose: Propose[S, P]) -> Proposal:
+    """The ``ask`` every sampler shares: the initial point while it is not evaluated,
+    else ``propose``'s point for the next iteration, drawn from that iteration's
+    proposal stream (:class:`core.rng.Stream`)."""
+    if state.logdensity is None:
+        return Proposal(state.iteration, "init", state.position)
+    t = state.iteration + 1
+    position, log_correction = propose(
+        state, params, generator(state.seed, state.chain, t, Stream.PROPOSE)
+    )
+    return Proposal(t, "proposal", frozen_array(position), log_correction)
+
+
+def metropolis_tell(
+    state: S, params: P, proposal: Proposal, logdensity: float, adapt: Adapt[S, P]
+) -> tuple[S, StepInfo]:
+    """The ``tell`` every sampler shares: :func:`metropolis_transition`, then, for a
+    proposal (not the initial point), ``adapt``."""
+    new, info, u_adapt = metropolis_transition(state, proposal, logdensity, warmup=params.warmup)
+    if proposal.kind == "init":
+        return new, info
+    return adapt(state, new, params, proposal, info, u_adapt), info
 
 
 def new_chain_fields(position: Any, *, seed: int, chain: int) -> dict[str, Any]:

@@ -52,11 +52,12 @@ import numpy.typing as npt
 import scipy.fft
 import scipy.special
 
-from core.base import FloatArray
+from kameleon.core.base import FloatArray
 
 __all__ = [
     "MIN_DRAWS",
     "ParameterSummary",
+    "chain_mean_z",
     "ess_bulk",
     "ess_mean",
     "ess_tail",
@@ -189,6 +190,51 @@ def mcse_mean(draws: npt.ArrayLike) -> float:
     if not _assessable(chains):
         return math.nan
     return _mcse_mean(chains, _moments(chains)[1])
+
+
+def chain_mean_z(draws: npt.ArrayLike) -> FloatArray:
+    """How far each chain's mean lies from the other chains', in Monte Carlo standard errors.
+
+    On the normal scores of the ranks of all draws pooled (the chains not split), so a
+    heavy tail cannot make the means meaningless: for chain ``c``,
+    ``z_c = (m_c - m_rest) / sqrt(mcse_c**2 + mcse_rest**2)``, where ``m_c`` is the mean
+    score of chain ``c``, ``m_rest`` the mean of the other chains' mean scores,
+    ``mcse_c = sd_c / sqrt(ESS_c)`` with ``ESS_c`` the split ESS of chain ``c`` alone,
+    and ``mcse_rest = sqrt(sum of the other chains' mcse**2) / (chains - 1)``.
+
+    Where R-hat asks whether the chains agree, this says which chain does not; and one
+    stray chain among many moves R-hat little (by about ``delta**2 / (2 chains)`` for a
+    chain ``delta`` standard deviations off), while its ``z`` grows with its length.
+
+    Parameters
+    ----------
+    draws
+        Draws of one parameter, shape ``(chains, draws)``.
+
+    Returns
+    -------
+    numpy.ndarray
+        Shape ``(chains,)``. NaN when undefined: one chain, fewer than :data:`MIN_DRAWS`
+        draws, or a non-finite draw. A constant chain has no Monte Carlo error of its
+        own; ``z`` is ``±inf`` when every error is zero but the means differ, and NaN
+        when they do not differ either.
+    """
+    chains = _as_chains(draws)
+    m = chains.shape[0]
+    if m < 2 or not _assessable(chains):
+        return np.full(m, math.nan)
+    scores = _Ranked.of(chains).scores()
+    means = scores.mean(axis=1)
+    variance = np.zeros(m)
+    for c in range(m):
+        if np.ptp(scores[c]) > 0:
+            variance[c] = np.var(scores[c], ddof=1) / _ess(_split(scores[c : c + 1]))
+    difference = means - (means.sum() - means) / (m - 1)
+    error = np.sqrt(np.maximum(variance + (variance.sum() - variance) / (m - 1) ** 2, 0.0))
+    # Scores are of order one: a difference below 1e-9 is rounding, not disagreement.
+    difference[np.abs(difference) < 1e-9] = 0.0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.asarray(difference / error, dtype=np.float64)
 
 
 def per_parameter(statistic: Callable[[FloatArray], float], draws: npt.ArrayLike) -> FloatArray:

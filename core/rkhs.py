@@ -19,7 +19,7 @@ import math
 import numpy as np
 from scipy.spatial.distance import cdist, pdist
 
-from core.base import FloatArray
+from kameleon.core.base import FloatArray
 
 __all__ = ["gaussian_kernel", "gaussian_kernel_grad", "median_bandwidth"]
 

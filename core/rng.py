@@ -27,6 +27,8 @@ class Stream(IntEnum):
     ACCEPT = 1
     ADAPT = 2
     SETUP = 3  # draws made once per chain (e.g. random Fourier features)
+    INIT = 4  # starting points; the counter is the attempt, not the iteration
+    MIX = 5  # which kernel of a mixture an iteration uses
 
 
 _local = threading.local()

@@ -1,19 +1,22 @@
-"""Run samplers in process, without the service, and measure their output.
+"""Run samplers in process, without the service.
 
-``run_chain`` drives any sampler module of :data:`core.SAMPLERS` through its ask/tell
-interface with a Python log-density function; ``sample`` is the two-line API::
+:func:`run_chain` drives any sampler module of :data:`core.SAMPLERS` through its ask/tell
+interface with a Python log-density function; :func:`sample` is the two-line API::
 
-    from core.run import sample
+    from kameleon.core.run import sample
     draws = sample(logdensity_fn, dim=2)  # (chains, draws, dim)
 
-``effective_sample_size`` and ``monte_carlo_standard_error`` summarise such draws with
-the multi-chain autocorrelation estimator of Stan (Gelman et al. 2013, "Bayesian Data
-Analysis", 3rd ed., section 11.5) truncated by Geyer's (1992) initial monotone sequence.
+``sample`` checks the draws it returns (:func:`core.checks.check`) and emits every
+problem found as a :class:`~core.checks.SamplingWarning`; with ``stop`` it ends early
+once the chains have converged by a :class:`~core.checks.StopRule`. The measures of
+a run's output (effective sample size, R-hat, standard errors) are in
+:mod:`core.diagnostics`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import warnings
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
@@ -21,11 +24,17 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from core import SAMPLERS
-from core.base import FloatArray, frozen_array
+from kameleon.core import DEFAULT_ALGORITHM, SAMPLERS
+from kameleon.core.base import FloatArray, frozen_array
+from kameleon.core.checks import SamplingWarning, StopRule, check
+from kameleon.core.diagnostics import summarize
+from kameleon.core.initial import DEFAULT_MAX_ATTEMPTS, initial_point, redraw, start_radius
+from kameleon.core.linalg import single_threaded_blas
 
 __all__ = [
     "ChainResult",
+    "SamplingWarning",
+    "StopRule",
     "run_chain",
     "sample",
 ]
@@ -61,15 +70,92 @@ class ChainResult:
     state: Any
 
 
+class _Runner:
+    """One chain, advanced a number of transitions at a time, its rows recorded."""
+
+    def __init__(
+        self,
+        sampler: ModuleType,
+        params: Any,
+        logdensity_fn: LogDensityFn,
+        initial: npt.ArrayLike | None,
+        capacity: int,
+        *,
+        seed: int,
+        chain: int,
+        initial_radius: float | None = None,
+        max_initial_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    ) -> None:
+        self.sampler, self.params, self.logdensity_fn = sampler, params, logdensity_fn
+        radius = start_radius(initial is not None, initial_radius)
+        if max_initial_attempts < 1:
+            raise ValueError("max_initial_attempts must be positive")
+        center = None if initial is None else np.asarray(initial, dtype=np.float64)
+        if radius is None:
+            start = center
+        else:
+            dim = params.dim if center is None else center.size
+            start = initial_point(
+                dim, seed=seed, chain=chain, attempt=0, center=center, radius=radius
+            )
+        state = sampler.init(start, params, seed=seed, chain=chain)
+        while True:
+            proposal = sampler.ask(state, params)
+            logdensity_0 = float(logdensity_fn(proposal.position))
+            state, info = sampler.tell(state, params, proposal, logdensity_0)
+            if info.outcome != "outside_support":
+                break
+            state = redraw(state, center=center, radius=radius, max_attempts=max_initial_attempts)
+            if state is None:
+                tried = "" if radius is None else f" (after {max_initial_attempts} drawn points)"
+                raise ValueError(f"the log density of the initial point is -inf{tried}")
+        self.state = state
+        self.n = 0
+        dim = state.position.size
+        self.draws = np.empty((capacity, dim))
+        self.logdensity = np.empty(capacity)
+        self.told = np.empty(capacity)
+        self.accepted = np.empty(capacity, dtype=bool)
+        self.acceptance_probability = np.empty(capacity)
+
+    def advance(self, transitions: int) -> None:
+        sampler, params, state = self.sampler, self.params, self.state
+        for i in range(self.n, self.n + transitions):
+            proposal = sampler.ask(state, params)
+            self.told[i] = self.logdensity_fn(proposal.position)
+            state, info = sampler.tell(state, params, proposal, float(self.told[i]))
+            self.draws[i] = state.position
+            self.logdensity[i] = state.logdensity
+            self.accepted[i] = info.outcome == "accepted"
+            self.acceptance_probability[i] = info.acceptance_probability
+        self.state = state
+        self.n += transitions
+
+    def result(self) -> ChainResult:
+        n = self.n
+        accepted = self.accepted[:n].copy()
+        accepted.flags.writeable = False
+        return ChainResult(
+            draws=frozen_array(self.draws[:n]),
+            logdensity=frozen_array(self.logdensity[:n]),
+            told=frozen_array(self.told[:n]),
+            accepted=accepted,
+            acceptance_probability=frozen_array(self.acceptance_probability[:n]),
+            state=self.state,
+        )
+
+
 def run_chain(
     sampler: ModuleType,
     params: Any,
     logdensity_fn: LogDensityFn,
-    initial: npt.ArrayLike,
+    initial: npt.ArrayLike | None,
     n_iterations: int,
     *,
     seed: int,
     chain: int,
+    initial_radius: float | None = None,
+    max_initial_attempts: int = DEFAULT_MAX_ATTEMPTS,
 ) -> ChainResult:
     """Run one chain of ``sampler`` for ``n_iterations`` transitions after its initial point.
 
@@ -84,59 +170,57 @@ def run_chain(
         unbiased estimate of it), ``-inf`` outside the support. It is called once per
         proposal and never for a point already in the chain.
     initial
-        The initial point, shape ``(dim,)``; its log density must be finite.
+        The initial point, shape ``(dim,)``, or ``None``: a point drawn uniformly from
+        ``(-2, 2)^dim`` (see :mod:`core.initial`).
     n_iterations
         Number of transitions, warm-up included.
     seed, chain
         Identify the chain's random numbers (see :mod:`core.rng`).
+    initial_radius
+        Draw the starting point uniformly from ``initial ± initial_radius`` per
+        coordinate (from ``± initial_radius`` without ``initial``). Default: ``initial``
+        exactly when it is given, ``2.0`` when it is not.
+    max_initial_attempts
+        A drawn starting point whose log density is ``-inf`` is replaced by the next
+        draw, up to this many points in all.
 
     Raises
     ------
     ValueError
-        If the initial point is outside the support, or ``logdensity_fn`` returns NaN or
-        ``+inf``.
+        If the initial point is outside the support (and is not drawn, or every drawn
+        point was), or ``logdensity_fn`` returns NaN or ``+inf``.
     """
-    state = sampler.init(initial, params, seed=seed, chain=chain)
-    proposal = sampler.ask(state, params)
-    state, info = sampler.tell(state, params, proposal, float(logdensity_fn(proposal.position)))
-    if info.outcome == "outside_support":
-        raise ValueError("the log density of the initial point is -inf")
-    dim = state.position.size
-    draws = np.empty((n_iterations, dim))
-    logdensity = np.empty(n_iterations)
-    told = np.empty(n_iterations)
-    accepted = np.empty(n_iterations, dtype=bool)
-    acceptance_probability = np.empty(n_iterations)
-    for i in range(n_iterations):
-        proposal = sampler.ask(state, params)
-        told[i] = logdensity_fn(proposal.position)
-        state, info = sampler.tell(state, params, proposal, float(told[i]))
-        draws[i] = state.position
-        logdensity[i] = state.logdensity
-        accepted[i] = info.outcome == "accepted"
-        acceptance_probability[i] = info.acceptance_probability
-    accepted.flags.writeable = False
-    return ChainResult(
-        draws=frozen_array(draws),
-        logdensity=frozen_array(logdensity),
-        told=frozen_array(told),
-        accepted=accepted,
-        acceptance_probability=frozen_array(acceptance_probability),
-        state=state,
-    )
+    with single_threaded_blas():  # reproducible arithmetic (core.linalg)
+        runner = _Runner(
+            sampler,
+            params,
+            logdensity_fn,
+            initial,
+            n_iterations,
+            seed=seed,
+            chain=chain,
+            initial_radius=initial_radius,
+            max_initial_attempts=max_initial_attempts,
+        )
+        runner.advance(n_iterations)
+    return runner.result()
 
 
 def sample(
     logdensity_fn: LogDensityFn,
     dim: int,
     *,
-    algorithm: str = "kameleon",
+    algorithm: str = DEFAULT_ALGORITHM,
     chains: int = 4,
-    iterations: int = 1000,
+    iterations: int = 2000,
     warmup: int = 1000,
     initial: npt.ArrayLike | None = None,
+    initial_radius: float | None = None,
+    max_initial_attempts: int = DEFAULT_MAX_ATTEMPTS,
     seed: int = 0,
     options: Mapping[str, Any] | None = None,
+    stop: StopRule | Mapping[str, Any] | None = None,
+    warn: bool = True,
 ) -> FloatArray:
     """Draws from the density ``exp(logdensity_fn)`` on ``R^dim``.
 
@@ -148,25 +232,43 @@ def sample(
     dim
         Dimension of the space.
     algorithm
-        A name in :data:`core.SAMPLERS` (default ``"kameleon"``).
+        A name in :data:`core.SAMPLERS` (default :data:`core.DEFAULT_ALGORITHM`,
+        ``"am"``).
     chains
-        Number of chains, run one after the other with chain ids ``0..chains-1``.
+        Number of chains, with chain ids ``0..chains-1``. Without ``stop`` they run one
+        after the other; with it, side by side, ``check_every`` iterations at a time.
     iterations
-        Draws kept per chain, after warm-up.
+        Draws kept per chain, after warm-up; with ``stop``, the most kept.
     warmup
         Warm-up iterations per chain, discarded.
     initial
         Initial point: shape ``(dim,)`` for every chain, ``(chains, dim)`` for one per
-        chain, or ``None`` for the origin.
+        chain, or ``None``: each chain starts at its own point drawn uniformly from
+        ``(-2, 2)^dim``, as the service's chains do (see :mod:`core.initial`).
+    initial_radius
+        Draw each chain's starting point uniformly from ``initial ± initial_radius`` per
+        coordinate. Default: ``initial`` exactly when it is given, ``2.0`` when not.
+    max_initial_attempts
+        A drawn starting point whose log density is ``-inf`` is replaced by the chain's
+        next draw, up to this many points per chain; then :class:`ValueError`.
     seed
         Seed of all the chains' random numbers; the same seed gives the same draws.
     options
         The algorithm's options (see its ``Params``).
+    stop
+        A :class:`~core.checks.StopRule`, or a mapping of its fields such as
+        ``{"rhat": 1.01, "ess": 400, "check_every": 1000}``: after every
+        ``check_every`` post-warm-up iterations of every chain, stop if every parameter
+        meets the rule on the draws so far. The draws then end there (a multiple of
+        ``check_every``, fewer than ``iterations``), else at ``iterations``.
+    warn
+        Check the draws (see :func:`core.checks.check`) and emit each problem found as a
+        :class:`~core.checks.SamplingWarning`.
 
     Returns
     -------
     numpy.ndarray
-        The post-warm-up draws, shape ``(chains, iterations, dim)``.
+        The post-warm-up draws, shape ``(chains, draws, dim)``.
     """
     if algorithm not in SAMPLERS:
         raise ValueError(
@@ -174,15 +276,59 @@ def sample(
         )
     if chains < 1 or iterations < 0 or warmup < 0:
         raise ValueError("chains must be positive, iterations and warmup non-negative")
+    rule = StopRule.of(stop) if stop is not None else None
     sampler = SAMPLERS[algorithm]
-    params = sampler.make_params(dim, options or {}, warmup=warmup)
-    starts = np.broadcast_to(
-        np.zeros(dim) if initial is None else np.asarray(initial, float), (chains, dim)
+    starts = (
+        [None] * chains
+        if initial is None
+        else list(np.broadcast_to(np.asarray(initial, float), (chains, dim)))
     )
-    runs = [
-        run_chain(
-            sampler, params, logdensity_fn, starts[c], warmup + iterations, seed=seed, chain=c
-        )
-        for c in range(chains)
-    ]
-    return np.stack([run.draws[warmup:] for run in runs])
+    total = warmup + iterations
+    names = [f"x{i}" for i in range(dim)]
+    with single_threaded_blas():  # reproducible arithmetic (core.linalg)
+        params = sampler.make_params(dim, options or {}, warmup=warmup)
+
+        def runner(c: int) -> _Runner:
+            return _Runner(
+                sampler,
+                params,
+                logdensity_fn,
+                starts[c],
+                total,
+                seed=seed,
+                chain=c,
+                initial_radius=initial_radius,
+                max_initial_attempts=max_initial_attempts,
+            )
+
+        if rule is None:
+            runners = []
+            for c in range(chains):
+                one = runner(c)
+                one.advance(total)
+                runners.append(one)
+        else:
+            runners = [runner(c) for c in range(chains)]
+            for one in runners:
+                one.advance(warmup)
+            kept = 0
+            while kept < iterations:
+                more = min(rule.check_every, iterations - kept)
+                for one in runners:
+                    one.advance(more)
+                kept += more
+                if kept < iterations and rule.met(summarize(_post(runners, warmup), names)):
+                    break
+        draws = _post(runners, warmup)
+        if warn:
+            acceptance = [
+                float(r.accepted[warmup : r.n].mean()) if r.n > warmup else None for r in runners
+            ]
+            for finding in check(draws, names, acceptance):
+                warnings.warn(SamplingWarning(finding), stacklevel=2)
+    return draws
+
+
+def _post(runners: Sequence[_Runner], warmup: int) -> FloatArray:
+    """The post-warm-up draws of every chain, shape ``(chains, draws, dim)``."""
+    return np.stack([r.draws[warmup : r.n] for r in runners])

@@ -34,8 +34,8 @@ import numpy as np
 from scipy.linalg import cho_factor, cho_solve, lapack
 from scipy.spatial.distance import pdist, squareform
 
-from core.base import FloatArray
-from core.rkhs import gaussian_kernel, gaussian_kernel_grad
+from kameleon.core.base import FloatArray
+from kameleon.core.rkhs import gaussian_kernel, gaussian_kernel_grad
 
 __all__ = [
     "FiniteSurrogate",

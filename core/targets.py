@@ -33,7 +33,7 @@ import numpy as np
 import numpy.typing as npt
 from scipy import linalg, stats
 
-from core.base import FloatArray, frozen_array
+from kameleon.core.base import FloatArray, frozen_array
 
 __all__ = [
     "QUANTILE_LEVELS",

@@ -34,25 +34,27 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from core.adaptation import Welford, adapt_probability, learning_rate, robbins_monro
-from core.base import (
+from kameleon.core.adaptation import Welford, adapt_probability, learning_rate, robbins_monro
+from kameleon.core.base import (
+    ChainState,
     FloatArray,
     OptionError,
     Proposal,
     StepInfo,
     frozen_array,
-    metropolis_transition,
+    metropolis_ask,
+    metropolis_tell,
     new_chain_fields,
-    parse_params,
+    params_parser,
 )
-from core.rng import Stream, generator
-from core.serialization import register
+from kameleon.core.linalg import jittered_cholesky
+from kameleon.core.preconditioning import window_ends
+from kameleon.core.serialization import register
 
 __all__ = [
     "NAME",
@@ -66,10 +68,6 @@ __all__ = [
 ]
 
 NAME = "am"
-
-# Jitter, relative to the mean variance, tried in turn when rounding makes the proposal
-# covariance numerically indefinite despite the nugget.
-_JITTER_EXPONENTS = range(-12, -1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +95,15 @@ class Params:
     adaptation
         ``"warmup"`` (default): adapt during warm-up only; ``"diminishing"``: keep
         adapting with vanishing effect.
+    windows
+        In ``"warmup"`` mode, estimate the covariance in windows of doubling length that
+        end at ``warmup / 32, ..., warmup / 2, warmup``
+        (:func:`core.preconditioning.window_ends`), each starting from the previous
+        window's estimate with ``lambda`` back at 1, as Stan's warm-up does (default
+        true). A scale that the first proposals got wrong by orders of magnitude is then
+        corrected geometrically rather than by diffusion, and the post-warm-up proposal
+        uses the last window's estimate, free of the transient from the starting point.
+        False: one estimate over the whole warm-up (Haario et al.).
     """
 
     dim: int
@@ -107,6 +114,7 @@ class Params:
     adapt_scale: bool = True
     target_acceptance: float = 0.234
     adaptation: Literal["warmup", "diminishing"] = "warmup"
+    windows: bool = True
 
     def __post_init__(self) -> None:
         if not self.initial_scale > 0:
@@ -124,9 +132,9 @@ class Params:
         return self.adapt_start if self.adapt_start is not None else max(100, 2 * self.dim)
 
 
-@register
+@register("am.State")
 @dataclass(frozen=True, slots=True)
-class State:
+class State(ChainState):
     """A chain of adaptive Metropolis.
 
     Attributes
@@ -134,25 +142,21 @@ class State:
     log_lambda
         Log of the global scale ``lambda`` of the proposal covariance.
     moments
-        Running mean and covariance of the chain's states (cold: frozen after warm-up
-        in ``"warmup"`` mode, and ``O(d^2)``).
+        Running mean and covariance of the chain's states in the current window (cold:
+        frozen after warm-up in ``"warmup"`` mode, and ``O(d^2)``).
+    window_covariance
+        The previous window's covariance estimate, used until the current window has
+        ``adapt_start`` states; ``None`` before the first window ends.
     """
 
-    COLD_FIELDS: ClassVar[tuple[str, ...]] = ("moments",)
+    COLD_FIELDS: ClassVar[tuple[str, ...]] = ("moments", "window_covariance")
 
-    position: FloatArray
-    logdensity: float | None
-    iteration: int
-    accepted: int
-    epoch: int
-    seed: int
-    chain: int
     log_lambda: float
     moments: Welford
+    window_covariance: FloatArray | None = None  # absent from states stored before windows
 
 
-def make_params(dim: int, options: Mapping[str, Any], *, warmup: int) -> Params:
-    return parse_params(Params, options, dim=dim, warmup=warmup)  # type: ignore[no-any-return]
+make_params = params_parser(Params)
 
 
 def init(position: Any, params: Params, *, seed: int, chain: int) -> State:
@@ -160,6 +164,7 @@ def init(position: Any, params: Params, *, seed: int, chain: int) -> State:
         **new_chain_fields(position, seed=seed, chain=chain),
         log_lambda=0.0,
         moments=Welford.empty(params.dim),
+        window_covariance=None,
     )
 
 
@@ -167,7 +172,10 @@ def proposal_covariance(state: State, params: Params) -> FloatArray:
     """The covariance ``C_t`` of the next proposal's increment (see the module docstring)."""
     variance_0 = params.initial_scale**2
     if state.moments.count < params.start:
-        sigma = variance_0 * np.eye(params.dim)
+        if state.window_covariance is not None:
+            sigma = np.array(state.window_covariance)
+        else:
+            sigma = variance_0 * np.eye(params.dim)
     else:
         estimate = state.moments.covariance()  # symmetric only up to rounding
         sigma = 0.5 * (estimate + estimate.T)
@@ -175,43 +183,50 @@ def proposal_covariance(state: State, params: Params) -> FloatArray:
     return math.exp(state.log_lambda) * (2.38**2 / params.dim) * sigma
 
 
-def _cholesky(covariance: FloatArray) -> FloatArray:
-    """Lower Cholesky factor, with growing jitter if rounding makes the plain one fail."""
-    size = float(np.mean(np.abs(np.diag(covariance))))
-    identity = np.eye(len(covariance))
-    for jitter in (0.0, *(size * 10.0**k for k in _JITTER_EXPONENTS)):
-        try:
-            return np.linalg.cholesky(covariance + jitter * identity).astype(np.float64, copy=False)
-        except np.linalg.LinAlgError:
-            continue
-    raise ValueError("the proposal covariance is not positive definite")
-
-
 def ask(state: State, params: Params) -> Proposal:
-    if state.logdensity is None:
-        return Proposal(state.iteration, "init", state.position)
-    t = state.iteration + 1
-    rng = generator(state.seed, state.chain, t, Stream.PROPOSE)
-    factor = _cholesky(proposal_covariance(state, params))
-    x = state.position + factor @ rng.standard_normal(params.dim)
-    return Proposal(t, "proposal", frozen_array(x))
+    return metropolis_ask(state, params, _propose)
 
 
 def tell(
     state: State, params: Params, proposal: Proposal, logdensity: float
 ) -> tuple[State, StepInfo]:
-    new, info, u_adapt = metropolis_transition(state, proposal, logdensity, warmup=params.warmup)
-    if proposal.kind == "init":
-        return new, info
-    t = proposal.iteration
+    return metropolis_tell(state, params, proposal, logdensity, _adapt)
+
+
+def _propose(state: State, params: Params, rng: np.random.Generator) -> tuple[FloatArray, float]:
+    factor = jittered_cholesky(proposal_covariance(state, params))
+    return state.position + factor @ rng.standard_normal(params.dim), 0.0
+
+
+def _adapt(
+    state: State, new: State, params: Params, proposal: Proposal, info: StepInfo, u_adapt: float
+) -> State:
+    t = info.iteration
     log_lambda = state.log_lambda
+    ends = _window_ends(params)
     p_adapt = adapt_probability(t, warmup=params.warmup, mode=params.adaptation)
     if params.adapt_scale and u_adapt < p_adapt:
-        rate = learning_rate(t)
+        rate = learning_rate(t, start=max((e for e in ends if e < t), default=0))
         log_lambda = robbins_monro(
             log_lambda, info.acceptance_probability, params.target_acceptance, rate
         )
     moments = state.moments
+    window_covariance = state.window_covariance
     if params.adaptation == "diminishing" or t <= params.warmup:
         moments = moments.update(new.position)
-    return dataclasses.replace(new, log_lambda=log_lambda, moments=moments), info
+    if t in ends and moments.count >= 2:  # a window ends: the next starts from it
+        estimate = moments.covariance()
+        if np.all(np.isfinite(estimate)) and np.all(np.diagonal(estimate) > 0):
+            window_covariance = frozen_array(0.5 * (estimate + estimate.T))
+            log_lambda = 0.0
+        moments = Welford.empty(params.dim)
+    return dataclasses.replace(
+        new, log_lambda=log_lambda, moments=moments, window_covariance=window_covariance
+    )
+
+
+def _window_ends(params: Params) -> tuple[int, ...]:
+    """The warm-up iterations after which a new window starts (all but the last end)."""
+    if not params.windows or params.adaptation != "warmup":
+        return ()
+    return window_ends(params.warmup, params.dim)[:-1]

@@ -48,7 +48,6 @@ import dataclasses
 import math
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -56,21 +55,30 @@ import numpy as np
 from scipy.linalg.blas import dtrsv
 from scipy.linalg.lapack import dpotrf
 
-from core.adaptation import adapt_probability, learning_rate, robbins_monro
-from core.base import (
+from kameleon.core import preconditioning
+from kameleon.core.adaptation import Welford, adapt_probability, learning_rate, robbins_monro
+from kameleon.core.base import (
+    ChainState,
     FloatArray,
     OptionError,
     Proposal,
     StepInfo,
     frozen_array,
-    metropolis_transition,
+    metropolis_ask,
+    metropolis_tell,
     new_chain_fields,
-    parse_params,
+    params_parser,
 )
-from core.reservoir import reservoir_update
-from core.rkhs import gaussian_kernel_grad, median_bandwidth
-from core.rng import Stream, generator
-from core.serialization import register
+from kameleon.core.linalg import jittered_cholesky
+from kameleon.core.preconditioning import (
+    PRECONDITIONING_COLD_FIELDS,
+    Preconditioner,
+    PreconditionOptions,
+)
+from kameleon.core.reservoir import reservoir_update
+from kameleon.core.rkhs import gaussian_kernel_grad, median_bandwidth
+from kameleon.core.rng import Stream, generator
+from kameleon.core.serialization import register
 
 __all__ = [
     "NAME",
@@ -96,8 +104,9 @@ _MEDIAN_POINTS = 200
 
 
 @dataclass(frozen=True, slots=True)
-class Params:
-    """Options of KAMH.
+class Params(PreconditionOptions):
+    """Options of KAMH: ``preconditioning``, ``precondition_iterations`` and
+    ``initial_scale`` (:class:`core.preconditioning.PreconditionOptions`), and
 
     Attributes
     ----------
@@ -151,6 +160,7 @@ class Params:
     adapt_start: int = 0
 
     def __post_init__(self) -> None:
+        self.check()
         if self.subsample_size < 2:
             raise OptionError("subsample_size", "must be at least 2")
         if not 2 <= self.min_subsample <= self.subsample_size:
@@ -171,9 +181,9 @@ class Params:
         return self.nu2 if self.nu2 is not None else 2.38**2 / self.dim
 
 
-@register
+@register("kameleon.State")
 @dataclass(frozen=True, slots=True)
-class State:
+class State(ChainState):
     """A KAMH chain.
 
     Attributes
@@ -193,24 +203,24 @@ class State:
         part, which makes the proposal the plain random walk.
     """
 
-    COLD_FIELDS: ClassVar[tuple[str, ...]] = ("reservoir", "subsample")
+    COLD_FIELDS: ClassVar[tuple[str, ...]] = (
+        "reservoir",
+        "subsample",
+        *PRECONDITIONING_COLD_FIELDS,
+    )
 
-    position: FloatArray
-    logdensity: float | None
-    iteration: int
-    accepted: int
-    epoch: int
-    seed: int
-    chain: int
     log_nu2: float
     reservoir: FloatArray
     history_size: int
     subsample: FloatArray | None
     bandwidth: float | None
+    scout_log_lambda: float
+    scout_moments: Welford
+    scout_factor: FloatArray | None
+    preconditioner: Preconditioner | None
 
 
-def make_params(dim: int, options: Mapping[str, Any], *, warmup: int) -> Params:
-    return parse_params(Params, options, dim=dim, warmup=warmup)  # type: ignore[no-any-return]
+make_params = params_parser(Params)
 
 
 def init(position: Any, params: Params, *, seed: int, chain: int) -> State:
@@ -222,18 +232,11 @@ def init(position: Any, params: Params, *, seed: int, chain: int) -> State:
         history_size=0,
         subsample=None if params.adaptation == "warmup" else reservoir,
         bandwidth=None,
+        **preconditioning.initial_fields(params.dim),
     )
 
 
 # --------------------------------------------------------------------------- proposal
-
-
-def _cholesky(A: FloatArray) -> FloatArray:
-    """Lower Cholesky factor of the symmetric positive definite ``A``."""
-    L, info = dpotrf(A, lower=1)
-    if info != 0:
-        raise np.linalg.LinAlgError("proposal covariance is not positive definite")
-    return L  # type: ignore[no-any-return]
 
 
 def _covariance_cholesky(gamma2: float, scale2: float, M: FloatArray) -> FloatArray:
@@ -243,7 +246,8 @@ def _covariance_cholesky(gamma2: float, scale2: float, M: FloatArray) -> FloatAr
     ``R`` is positive definite, but when ``scale2`` dwarfs ``gamma2`` rounding can make
     the computed matrix indefinite; then ``R + delta I`` with the smallest ``delta`` of
     ``10^-12, 10^-10, ...`` times its mean diagonal that factors is used. Sampling and
-    both densities go through this one function, so the proposal stays consistent.
+    both densities go through this one function, so the proposal stays consistent. (Not
+    :func:`core.linalg.jittered_cholesky`, which would change the draws: see there.)
     """
     n, d = M.shape
     m = np.ones(n) @ M
@@ -296,7 +300,7 @@ def log_density_woodbury(r: FloatArray, gamma2: float, scale2: float, M: FloatAr
     S = G @ G.T
     S *= rho
     S.flat[:: n + 1] += 1.0
-    L = _cholesky(S)
+    L = jittered_cholesky(S)  # S >= I in exact arithmetic; jitter absorbs rounding
     w = dtrsv(L, G @ r, lower=1)
     log_det = r.size * math.log(gamma2) + _log_det_cholesky(L)
     quad = (float(r @ r) - rho * float(w @ w)) / gamma2
@@ -397,14 +401,30 @@ def _subsample_bandwidth(Z: FloatArray, params: Params, rng: np.random.Generator
 
 
 def ask(state: State, params: Params) -> Proposal:
-    if state.logdensity is None:
-        return Proposal(state.iteration, "init", state.position)
-    t = state.iteration + 1
-    rng = generator(state.seed, state.chain, t, Stream.PROPOSE)
+    return preconditioning.ask(state, params, _kernel_ask)
+
+
+def tell(
+    state: State, params: Params, proposal: Proposal, logdensity: float
+) -> tuple[State, StepInfo]:
+    return preconditioning.tell(state, params, proposal, logdensity, _kernel_tell, _handover)
+
+
+def _handover(state: State, params: Params) -> State:
+    """Scouting ended: ``nu^2`` starts from the scouting scale (for a wide kernel the
+    kernel part is ``nu^2 Cov(Z)``, and ``Cov(Z)`` is about ``I`` in whitened coordinates)."""
+    log_nu2 = math.log(params.initial_nu2) + state.scout_log_lambda
+    return dataclasses.replace(state, log_nu2=log_nu2)
+
+
+def _kernel_ask(state: State, params: Params) -> Proposal:
+    return metropolis_ask(state, params, _propose)
+
+
+def _propose(state: State, params: Params, rng: np.random.Generator) -> tuple[FloatArray, float]:
     x = state.position
     if state.bandwidth is None:
-        x_new = x + params.gamma * rng.standard_normal(params.dim)
-        return Proposal(t, "proposal", frozen_array(x_new))
+        return x + params.gamma * rng.standard_normal(params.dim), 0.0
     Z = _proposal_subsample(state)
     bandwidth = state.bandwidth
     gamma2 = params.gamma * params.gamma
@@ -425,29 +445,31 @@ def ask(state: State, params: Params) -> Proposal:
         x_new = x + step
         M_new = gaussian_kernel_grad(x_new, Z, bandwidth)
         log_q_backward = log_density_woodbury(-step, gamma2, scale2, M_new)
-    log_correction = log_q_backward - log_q_forward
-    return Proposal(t, "proposal", frozen_array(x_new), log_correction)
+    return x_new, log_q_backward - log_q_forward
 
 
-def tell(
+def _kernel_tell(
     state: State, params: Params, proposal: Proposal, logdensity: float
 ) -> tuple[State, StepInfo]:
-    new, info, u_adapt = metropolis_transition(state, proposal, logdensity, warmup=params.warmup)
-    if proposal.kind == "init":
-        return new, info
-    t = proposal.iteration
-    collecting = t > params.adapt_start and (
+    return metropolis_tell(state, params, proposal, logdensity, _kernel_adapt)
+
+
+def _kernel_adapt(
+    state: State, new: State, params: Params, proposal: Proposal, info: StepInfo, u_adapt: float
+) -> State:
+    t = info.iteration
+    collecting = t > preconditioning.kernel_start(params) and (
         params.adaptation == "diminishing" or t <= params.warmup
     )
     if not collecting:
-        return new, info
+        return new
     adapting = u_adapt < _adapt_probability(t, params)
-    return _adapt(new, state, params, info.acceptance_probability, adapting), info
+    return _adapt(new, state, params, info.acceptance_probability, adapting)
 
 
 def _adapt_probability(t: int, params: Params) -> float:
     return adapt_probability(
-        t, warmup=params.warmup, mode=params.adaptation, start=params.adapt_start
+        t, warmup=params.warmup, mode=params.adaptation, start=preconditioning.kernel_start(params)
     )
 
 
@@ -463,7 +485,7 @@ def _adapt(new: State, old: State, params: Params, prob: float, adapting: bool) 
     )
     log_nu2 = old.log_nu2
     if adapting and params.adapt_scale and old.bandwidth is not None:
-        rate = learning_rate(t, start=params.adapt_start)
+        rate = learning_rate(t, start=preconditioning.kernel_start(params))
         log_nu2 = robbins_monro(log_nu2, prob, params.target_acceptance, rate)
     subsample = old.subsample
     if params.adaptation == "diminishing" and adapting and not _same_rows(reservoir, subsample):

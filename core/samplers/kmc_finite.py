@@ -5,7 +5,7 @@ The surrogate is ``f(x) = theta^T phi(x)`` on ``m`` random Fourier features of t
 Gaussian kernel (:mod:`core.score_matching`), fitted online: the chain keeps the
 Cholesky factor of the ``m x m`` score-matching matrix and the vector ``b``, never the
 history. The leapfrog, the accept step and the scale adaptation are those of
-:mod:`core.samplers.kmc`.
+:mod:`core.kernel_hmc`.
 
 Schedule.
 
@@ -40,31 +40,35 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 
-from core.base import FloatArray, OptionError, Proposal, StepInfo, frozen_array, parse_params
-from core.reservoir import reservoir_update
-from core.rng import Stream, generator
-from core.samplers import kmc
-from core.samplers.kmc import KMCParams, KMCState
-from core.score_matching import (
+from kameleon.core import kernel_hmc
+from kameleon.core.base import (
+    FloatArray,
+    OptionError,
+    frozen_array,
+    params_parser,
+)
+from kameleon.core.kernel_hmc import KMCParams, KMCState
+from kameleon.core.reservoir import reservoir_update
+from kameleon.core.rng import Stream, generator
+from kameleon.core.score_matching import (
     FiniteSurrogate,
     finite_initial,
     finite_solve,
     finite_update,
     random_features,
 )
-from core.serialization import register
+from kameleon.core.serialization import register
 
 __all__ = ["NAME", "Params", "State", "ask", "init", "make_params", "tell"]
 
 NAME = "kmc-finite"
 
-# The default bandwidth is this times kmc.default_bandwidth (the median distance) of the
+# The default bandwidth is this times kernel_hmc.default_bandwidth (the median distance) of the
 # first min_history states. Those are an early, narrow sample of the target, and the
 # features are drawn once: too narrow a kernel makes the cosine features oscillate within
 # the target's mass, too wide a kernel only smooths. On a correlated 5-dimensional
@@ -74,7 +78,7 @@ _BANDWIDTH_FACTOR = math.sqrt(2.0)
 
 @dataclass(frozen=True, slots=True)
 class Params(KMCParams):
-    """Options of KMC finite: those of :class:`core.samplers.kmc.KMCParams` and
+    """Options of KMC finite: those of :class:`core.kernel_hmc.KMCParams` and
 
     Attributes
     ----------
@@ -104,11 +108,11 @@ class Params(KMCParams):
             raise OptionError("regularization", "must be positive")
 
 
-@register
+@register("kmc-finite.State")
 @dataclass(frozen=True, slots=True)
 class State(KMCState):
     """A KMC finite chain (the shared fields are those of
-    :class:`core.samplers.kmc.KMCState`).
+    :class:`core.kernel_hmc.KMCState`).
 
     Attributes
     ----------
@@ -129,7 +133,15 @@ class State(KMCState):
         The surrogate's weights ``factor^-1 factor^-T b``; ``None`` likewise.
     """
 
-    COLD_FIELDS: ClassVar[tuple[str, ...]] = ("reservoir", "omega", "phase", "factor", "b", "theta")
+    COLD_FIELDS: ClassVar[tuple[str, ...]] = (
+        "reservoir",
+        "omega",
+        "phase",
+        "factor",
+        "b",
+        "theta",
+        *kernel_hmc.PRECONDITIONING_COLD_FIELDS,
+    )
 
     reservoir: FloatArray
     history_size: int
@@ -142,13 +154,12 @@ class State(KMCState):
     theta: FloatArray | None
 
 
-def make_params(dim: int, options: Mapping[str, Any], *, warmup: int) -> Params:
-    return parse_params(Params, options, dim=dim, warmup=warmup)  # type: ignore[no-any-return]
+make_params = params_parser(Params)
 
 
 def init(position: Any, params: Params, *, seed: int, chain: int) -> State:
     return State(
-        **kmc.initial_fields(position, params, seed=seed, chain=chain),
+        **kernel_hmc.initial_fields(position, params, seed=seed, chain=chain),
         reservoir=frozen_array(np.empty((0, params.dim))),
         history_size=0,
         pending=frozen_array(np.empty((0, params.dim))),
@@ -159,16 +170,6 @@ def init(position: Any, params: Params, *, seed: int, chain: int) -> State:
         b=None,
         theta=None,
     )
-
-
-def ask(state: State, params: Params) -> Proposal:
-    return kmc.ask(state, params, _surrogate(state))
-
-
-def tell(
-    state: State, params: Params, proposal: Proposal, logdensity: float
-) -> tuple[State, StepInfo]:
-    return kmc.tell(state, params, proposal, logdensity, _surrogate(state), _collect)
 
 
 def _surrogate(state: State) -> FiniteSurrogate | None:
@@ -206,7 +207,7 @@ def _collect_first(state: State, params: Params) -> State:
     if params.bandwidth is not None:
         bandwidth = params.bandwidth
     else:
-        median_distance = kmc.default_bandwidth(reservoir, rng)
+        median_distance = kernel_hmc.default_bandwidth(reservoir, rng)
         if median_distance is None:  # the history has no two distinct states yet
             return state
         bandwidth = _BANDWIDTH_FACTOR * median_distance
@@ -230,12 +231,23 @@ def _fold(state: State, points: FloatArray, weights: FloatArray) -> State:
     """Fold weighted ``points`` into the statistics and re-solve ``theta``."""
     assert state.factor is not None and state.b is not None
     assert state.omega is not None and state.phase is not None
-    factor, b = finite_update(state.factor, state.b, points, state.omega, state.phase, weights)
+    pending = frozen_array(np.empty((0, points.shape[1])))
+    pending_weights = frozen_array(np.empty(0))
+    try:
+        factor, b = finite_update(state.factor, state.b, points, state.omega, state.phase, weights)
+    except FloatingPointError:
+        # The batch would make the factor non-finite (absurd points or weights): drop it
+        # and keep the statistics, and so the surrogate, as they were.
+        return dataclasses.replace(state, pending=pending, pending_weights=pending_weights)
     return dataclasses.replace(
         state,
-        pending=frozen_array(np.empty((0, points.shape[1]))),
-        pending_weights=frozen_array(np.empty(0)),
+        pending=pending,
+        pending_weights=pending_weights,
         factor=frozen_array(factor),
         b=frozen_array(b),
         theta=frozen_array(finite_solve(factor, b)),
     )
+
+
+#: ``ask(state, params)`` and ``tell(state, params, proposal, logdensity)`` (core.base).
+ask, tell = kernel_hmc.variant(_surrogate, _collect)

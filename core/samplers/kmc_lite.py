@@ -5,7 +5,7 @@ The surrogate is ``f(x) = sum_i alpha_i k(z_i, x)`` on ``n`` centres ``z_i``: a 
 reservoir sample (:mod:`core.reservoir`) of the chain's history, fitted by the
 regularised lite score-matching estimator (:func:`core.score_matching.fit_lite`). The
 leapfrog, the accept step and the scale adaptation are those of
-:mod:`core.samplers.kmc`.
+:mod:`core.kernel_hmc`.
 
 Refit schedule. Every state of the history is offered to the reservoir (``O(d)``, or
 an ``O(n d)`` copy when it is kept). The first fit is made as soon as ``min_history``
@@ -27,19 +27,23 @@ cold fields (:mod:`core.serialization`); the reservoir changes with probability
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 
-from core.base import FloatArray, OptionError, Proposal, StepInfo, frozen_array, parse_params
-from core.reservoir import reservoir_update
-from core.rng import Stream, generator
-from core.samplers import kmc
-from core.samplers.kmc import KMCParams, KMCState
-from core.score_matching import LiteSurrogate, fit_lite
-from core.serialization import register
+from kameleon.core import kernel_hmc
+from kameleon.core.base import (
+    FloatArray,
+    OptionError,
+    frozen_array,
+    params_parser,
+)
+from kameleon.core.kernel_hmc import KMCParams, KMCState
+from kameleon.core.reservoir import reservoir_update
+from kameleon.core.rng import Stream, generator
+from kameleon.core.score_matching import LiteSurrogate, fit_lite
+from kameleon.core.serialization import register
 
 __all__ = ["NAME", "Params", "State", "ask", "init", "make_params", "tell"]
 
@@ -48,7 +52,7 @@ NAME = "kmc-lite"
 
 @dataclass(frozen=True, slots=True)
 class Params(KMCParams):
-    """Options of KMC lite: those of :class:`core.samplers.kmc.KMCParams` and
+    """Options of KMC lite: those of :class:`core.kernel_hmc.KMCParams` and
 
     Attributes
     ----------
@@ -78,11 +82,11 @@ class Params(KMCParams):
             raise OptionError("regularization", "must be positive")
 
 
-@register
+@register("kmc-lite.State")
 @dataclass(frozen=True, slots=True)
 class State(KMCState):
     """A KMC lite chain (the shared fields are those of
-    :class:`core.samplers.kmc.KMCState`).
+    :class:`core.kernel_hmc.KMCState`).
 
     Attributes
     ----------
@@ -99,7 +103,12 @@ class State(KMCState):
         The surrogate's weights, shape ``(n,)``; ``None`` before the first fit.
     """
 
-    COLD_FIELDS: ClassVar[tuple[str, ...]] = ("reservoir", "centres", "alpha")
+    COLD_FIELDS: ClassVar[tuple[str, ...]] = (
+        "reservoir",
+        "centres",
+        "alpha",
+        *kernel_hmc.PRECONDITIONING_COLD_FIELDS,
+    )
 
     reservoir: FloatArray
     history_size: int
@@ -108,29 +117,18 @@ class State(KMCState):
     alpha: FloatArray | None
 
 
-def make_params(dim: int, options: Mapping[str, Any], *, warmup: int) -> Params:
-    return parse_params(Params, options, dim=dim, warmup=warmup)  # type: ignore[no-any-return]
+make_params = params_parser(Params)
 
 
 def init(position: Any, params: Params, *, seed: int, chain: int) -> State:
     return State(
-        **kmc.initial_fields(position, params, seed=seed, chain=chain),
+        **kernel_hmc.initial_fields(position, params, seed=seed, chain=chain),
         reservoir=frozen_array(np.empty((0, params.dim))),
         history_size=0,
         since_fit=0,
         centres=None,
         alpha=None,
     )
-
-
-def ask(state: State, params: Params) -> Proposal:
-    return kmc.ask(state, params, _surrogate(state))
-
-
-def tell(
-    state: State, params: Params, proposal: Proposal, logdensity: float
-) -> tuple[State, StepInfo]:
-    return kmc.tell(state, params, proposal, logdensity, _surrogate(state), _collect)
 
 
 def _surrogate(state: State) -> LiteSurrogate | None:
@@ -163,11 +161,22 @@ def _collect(state: State, params: KMCParams, adapt_weight: float) -> State:
     if not due or reservoir is state.centres:
         return state
     bandwidth = (
-        params.bandwidth if params.bandwidth is not None else kmc.default_bandwidth(reservoir, rng)
+        params.bandwidth
+        if params.bandwidth is not None
+        else kernel_hmc.default_bandwidth(reservoir, rng)
     )
     if bandwidth is None:  # the history has no two distinct states yet
         return state
-    alpha = fit_lite(reservoir, bandwidth, params.regularization)
+    try:
+        alpha = fit_lite(reservoir, bandwidth, params.regularization)
+    except (FloatingPointError, ValueError):  # LinAlgError is a ValueError
+        # A fit that rounding ruined: keep the previous surrogate (or the random walk)
+        # and try again after update_every more states.
+        return dataclasses.replace(state, since_fit=0)
     return dataclasses.replace(
         state, centres=reservoir, alpha=frozen_array(alpha), bandwidth=bandwidth, since_fit=0
     )
+
+
+#: ``ask(state, params)`` and ``tell(state, params, proposal, logdensity)`` (core.base).
+ask, tell = kernel_hmc.variant(_surrogate, _collect)

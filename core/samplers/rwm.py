@@ -10,23 +10,24 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from core.adaptation import adapt_probability, learning_rate, robbins_monro
-from core.base import (
+import numpy as np
+
+from kameleon.core.adaptation import adapt_probability, learning_rate, robbins_monro
+from kameleon.core.base import (
+    ChainState,
     FloatArray,
     OptionError,
     Proposal,
     StepInfo,
-    frozen_array,
-    metropolis_transition,
+    metropolis_ask,
+    metropolis_tell,
     new_chain_fields,
-    parse_params,
+    params_parser,
 )
-from core.rng import Stream, generator
-from core.serialization import register
+from kameleon.core.serialization import register
 
 __all__ = ["NAME", "Params", "State", "ask", "init", "make_params", "tell"]
 
@@ -68,21 +69,15 @@ class Params:
         return self.scale if self.scale is not None else 2.38 / math.sqrt(self.dim)
 
 
-@register
+@register("rwm.State")
 @dataclass(frozen=True, slots=True)
-class State:
-    position: FloatArray
-    logdensity: float | None
-    iteration: int
-    accepted: int
-    epoch: int
-    seed: int
-    chain: int
+class State(ChainState):
+    """A random-walk Metropolis chain; ``log_scale`` is ``log s``."""
+
     log_scale: float
 
 
-def make_params(dim: int, options: Mapping[str, Any], *, warmup: int) -> Params:
-    return parse_params(Params, options, dim=dim, warmup=warmup)  # type: ignore[no-any-return]
+make_params = params_parser(Params)
 
 
 def init(position: Any, params: Params, *, seed: int, chain: int) -> State:
@@ -93,21 +88,23 @@ def init(position: Any, params: Params, *, seed: int, chain: int) -> State:
 
 
 def ask(state: State, params: Params) -> Proposal:
-    if state.logdensity is None:
-        return Proposal(state.iteration, "init", state.position)
-    t = state.iteration + 1
-    rng = generator(state.seed, state.chain, t, Stream.PROPOSE)
-    x = state.position + math.exp(state.log_scale) * rng.standard_normal(params.dim)
-    return Proposal(t, "proposal", frozen_array(x))
+    return metropolis_ask(state, params, _propose)
 
 
 def tell(
     state: State, params: Params, proposal: Proposal, logdensity: float
 ) -> tuple[State, StepInfo]:
-    new, info, u_adapt = metropolis_transition(state, proposal, logdensity, warmup=params.warmup)
-    if proposal.kind == "init":
-        return new, info
-    t = proposal.iteration
+    return metropolis_tell(state, params, proposal, logdensity, _adapt)
+
+
+def _propose(state: State, params: Params, rng: np.random.Generator) -> tuple[FloatArray, float]:
+    return state.position + math.exp(state.log_scale) * rng.standard_normal(params.dim), 0.0
+
+
+def _adapt(
+    state: State, new: State, params: Params, proposal: Proposal, info: StepInfo, u_adapt: float
+) -> State:
+    t = info.iteration
     if params.adapt_scale and u_adapt < adapt_probability(
         t, warmup=params.warmup, mode=params.adaptation
     ):
@@ -115,4 +112,4 @@ def tell(
             state.log_scale, info.acceptance_probability, params.target_acceptance, learning_rate(t)
         )
         new = dataclasses.replace(new, log_scale=log_scale)
-    return new, info
+    return new

@@ -8,15 +8,19 @@ import math
 import numpy as np
 import pytest
 
-from core.adaptation import Welford
-from core.base import OptionError
-from core.diagnostics import mcse_mean, per_parameter
-from core.run import run_chain
-from core.samplers import am
-from core.serialization import encode
-from core.targets import Gaussian
+from kameleon.core.adaptation import Welford
+from kameleon.core.base import OptionError
+from kameleon.core.diagnostics import mcse_mean, per_parameter
+from kameleon.core.run import run_chain
+from kameleon.core.samplers import am
+from kameleon.core.serialization import encode
+from kameleon.core.targets import Gaussian
 
 TARGET = Gaussian([1.0, -1.0, 0.5], [[2.0, 1.2, 0.3], [1.2, 1.5, -0.4], [0.3, -0.4, 0.8]])
+
+# Haario's AM, one covariance estimate over the whole warm-up: the mechanics these unit
+# tests check (the doubling windows have their own tests at the end).
+HAARIO = {"windows": False}
 
 
 def _flat(x: np.ndarray) -> float:
@@ -30,21 +34,21 @@ def _initialised(params: am.Params, start: np.ndarray) -> am.State:
 
 
 def test_defaults() -> None:
-    params = am.make_params(3, {}, warmup=10)
+    params = am.make_params(3, HAARIO, warmup=10)
     assert params.start == 100
-    assert am.make_params(80, {}, warmup=10).start == 160
-    assert am.make_params(3, {"adapt_start": 7}, warmup=10).start == 7
+    assert am.make_params(80, HAARIO, warmup=10).start == 160
+    assert am.make_params(3, {**HAARIO, "adapt_start": 7}, warmup=10).start == 7
 
 
 def test_initial_proposal_is_isotropic_with_the_random_walk_scale() -> None:
-    params = am.make_params(4, {"initial_scale": 3.0}, warmup=10)
+    params = am.make_params(4, {**HAARIO, "initial_scale": 3.0}, warmup=10)
     state = _initialised(params, np.zeros(4))
     expected = 3.0**2 * (1 + params.nugget) * 2.38**2 / 4 * np.eye(4)
     np.testing.assert_allclose(am.proposal_covariance(state, params), expected, rtol=1e-15)
 
 
 def test_every_warmup_state_enters_the_covariance_estimate() -> None:
-    params = am.make_params(3, {}, warmup=400)
+    params = am.make_params(3, HAARIO, warmup=400)
     result = run_chain(am, params, TARGET.logdensity, TARGET.mean, 600, seed=1, chain=0)
     moments = result.state.moments
     warmup_draws = result.draws[:400]
@@ -67,7 +71,7 @@ def test_covariance_estimate_converges_to_the_target_covariance() -> None:
     # error is compared with 5 Monte Carlo standard errors of that average (estimated
     # from the autocorrelation of the products across the chains), plus 2% for the
     # early, not yet adapted, part of the history.
-    params = am.make_params(3, {}, warmup=3000)
+    params = am.make_params(3, HAARIO, warmup=3000)
     starts = TARGET.sample(4, np.random.default_rng(2))
     runs = [
         run_chain(am, params, TARGET.logdensity, starts[c], 3000, seed=2, chain=c) for c in range(4)
@@ -83,7 +87,7 @@ def test_covariance_estimate_converges_to_the_target_covariance() -> None:
 
 
 def test_nugget_keeps_the_proposal_positive_definite_for_a_degenerate_history() -> None:
-    params = am.make_params(3, {"adapt_start": 10}, warmup=100)
+    params = am.make_params(3, {**HAARIO, "adapt_start": 10}, warmup=100)
     state = _initialised(params, np.ones(3))
     stuck, on_a_line = Welford.empty(3), Welford.empty(3)
     for k in range(50):
@@ -101,7 +105,7 @@ def test_nugget_keeps_the_proposal_positive_definite_for_a_degenerate_history() 
 def test_rounding_that_breaks_the_cholesky_factor_is_absorbed_by_jitter() -> None:
     # A history of huge spread along a line: the nugget (1e-6) is below the rounding
     # error of the factorisation (1e-16 * 1e12), so plain Cholesky fails.
-    params = am.make_params(3, {"adapt_start": 10}, warmup=100)
+    params = am.make_params(3, {**HAARIO, "adapt_start": 10}, warmup=100)
     moments = Welford.empty(3)
     for k in range(50):
         moments = moments.update(1e6 * k * np.array([1.0, 1.0 / 3.0, 1.0 / 7.0]))
@@ -113,7 +117,7 @@ def test_rounding_that_breaks_the_cholesky_factor_is_absorbed_by_jitter() -> Non
 
 
 def test_scale_moves_toward_the_target_acceptance() -> None:
-    params = am.make_params(2, {}, warmup=50)
+    params = am.make_params(2, HAARIO, warmup=50)
     one = run_chain(am, params, _flat, np.zeros(2), 1, seed=3, chain=0).state
     assert one.log_lambda == pytest.approx(1.0 - 0.234)  # gain 1, min(1, alpha) = 1
     many = run_chain(am, params, _flat, np.zeros(2), 50, seed=3, chain=0).state
@@ -129,7 +133,7 @@ def test_scale_moves_toward_the_target_acceptance() -> None:
 
 
 def test_warmup_mode_freezes_everything_after_warmup() -> None:
-    params = am.make_params(3, {"adapt_start": 20}, warmup=60)
+    params = am.make_params(3, {**HAARIO, "adapt_start": 20}, warmup=60)
     at_warmup = run_chain(am, params, TARGET.logdensity, TARGET.mean, 60, seed=4, chain=0).state
     later = run_chain(am, params, TARGET.logdensity, TARGET.mean, 300, seed=4, chain=0).state
     assert later.log_lambda == at_warmup.log_lambda
@@ -138,19 +142,22 @@ def test_warmup_mode_freezes_everything_after_warmup() -> None:
 
 
 def test_diminishing_mode_keeps_estimating_the_covariance() -> None:
-    params = am.make_params(3, {"adaptation": "diminishing", "adapt_start": 20}, warmup=60)
+    params = am.make_params(
+        3, {**HAARIO, "adaptation": "diminishing", "adapt_start": 20}, warmup=60
+    )
     state = run_chain(am, params, TARGET.logdensity, TARGET.mean, 300, seed=5, chain=0).state
     assert state.moments.count == 300
 
 
 def test_moments_are_the_cold_part_of_the_state() -> None:
-    params = am.make_params(3, {}, warmup=10)
+    params = am.make_params(3, HAARIO, warmup=10)
     hot, cold = encode(_initialised(params, np.zeros(3)))
-    assert set(cold) == {"moments"} and "moments" not in hot["v"]
+    assert set(cold) == {"moments", "window_covariance"}
+    assert not set(cold) & set(hot["v"])
 
 
 def test_fixed_scale_variant() -> None:
-    params = am.make_params(3, {"adapt_scale": False, "adapt_start": 20}, warmup=60)
+    params = am.make_params(3, {**HAARIO, "adapt_scale": False, "adapt_start": 20}, warmup=60)
     state = run_chain(am, params, TARGET.logdensity, TARGET.mean, 100, seed=6, chain=0).state
     assert state.log_lambda == 0.0 and state.moments.count == 60
 
@@ -164,7 +171,7 @@ def test_adapted_chain_reaches_the_target_acceptance() -> None:
     rotation, _ = np.linalg.qr(rng.standard_normal((5, 5)))
     covariance = rotation @ np.diag([0.05, 0.3, 1.0, 4.0, 15.0]) @ rotation.T
     target = Gaussian(np.zeros(5), covariance)
-    params = am.make_params(5, {}, warmup=3000)
+    params = am.make_params(5, HAARIO, warmup=3000)
     result = run_chain(am, params, target.logdensity, np.zeros(5), 7000, seed=7, chain=0)
     assert abs(np.mean(result.accepted[3000:]) - 0.234) < 0.06
 
@@ -183,3 +190,34 @@ def test_adapted_chain_reaches_the_target_acceptance() -> None:
 def test_out_of_range_options_are_refused(options: dict[str, object]) -> None:
     with pytest.raises(OptionError):
         am.make_params(3, options, warmup=10)
+
+
+def test_windows_restart_the_estimate_and_the_scale_at_doubling_ends() -> None:
+    params = am.make_params(2, {}, warmup=640)
+    ends = (20, 40, 80, 160, 320)  # 640 / 32, ..., 640 / 2
+    state = _initialised(params, np.zeros(2))
+    for t in range(1, 641):
+        proposal = am.ask(state, params)
+        state, _ = am.tell(
+            state, params, proposal, -0.5 * float(proposal.position @ proposal.position)
+        )
+        if t in ends:
+            assert state.moments.count == 0 and state.log_lambda == 0.0
+            assert state.window_covariance is not None
+    assert state.moments.count == 320  # the last window, (320, 640]
+
+
+def test_windows_find_scales_a_million_apart() -> None:
+    # Scales 1e-3 and 1e3: the first proposals (scale 1) are a thousand times too wide in
+    # one coordinate and too narrow in the other; the windows correct both.
+    scales = np.array([1e-3, 1e3])
+    params = am.make_params(2, {}, warmup=3000)
+    state = _initialised(params, np.zeros(2))
+    for _ in range(3000):
+        proposal = am.ask(state, params)
+        state, _ = am.tell(
+            state, params, proposal, -0.5 * float(np.sum((proposal.position / scales) ** 2))
+        )
+    assert state.window_covariance is not None
+    estimate = np.sqrt(np.diag(state.moments.covariance()))
+    assert np.all(np.abs(np.log(estimate / scales)) < np.log(2)), estimate

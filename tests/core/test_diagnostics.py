@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from core import diagnostics
-from core.base import FloatArray
+from kameleon.core import diagnostics
+from kameleon.core.base import FloatArray
 
 with warnings.catch_warnings():
     # ArviZ 0.23 announces its 1.0 refactor with a FutureWarning on import.

@@ -25,10 +25,12 @@ import functools
 import numpy as np
 import pytest
 
-from core import SAMPLERS
-from core.diagnostics import ess_mean, per_parameter
-from core.run import run_chain
-from core.targets import Banana, Gaussian
+from kameleon.core import SAMPLERS
+from kameleon.core.diagnostics import ess_mean, per_parameter
+from kameleon.core.run import run_chain
+from kameleon.core.targets import Banana, Gaussian
+
+pytestmark = pytest.mark.slow  # statistical: long chains of every sampler
 
 SEED = 11
 MIN_ESS = 25  # pooled over the chains, per quantity
@@ -51,7 +53,7 @@ TARGETS: dict[str, Gaussian | Banana] = {
 RUNS = {
     "rwm": (8, 500, 1500),
     "am": (8, 1000, 1500),
-    "kameleon": (8, 500, 800),
+    "kameleon": (8, 1000, 800),
     "kmc-lite": (8, 1000, 1000),
     "kmc-finite": (4, 1000, 1000),
 }

@@ -14,11 +14,16 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from core.base import FloatArray, OptionError, Proposal, frozen_array
-from core.reservoir import reservoir_update
-from core.rkhs import median_bandwidth
-from core.samplers import kameleon
-from core.serialization import cold_changed, decode, encode
+from kameleon.core.base import FloatArray, OptionError, Proposal, frozen_array
+from kameleon.core.preconditioning import PRECONDITIONING_COLD_FIELDS
+from kameleon.core.reservoir import reservoir_update
+from kameleon.core.rkhs import median_bandwidth
+from kameleon.core.samplers import kameleon
+from kameleon.core.serialization import cold_changed, decode, encode
+
+# The kernel method's own mechanics, in the user's coordinates (test_preconditioning.py
+# covers the scouting phase and the whitened coordinates).
+NONE = {"preconditioning": "none"}
 
 # (dim, subsample size): d <= n uses the Cholesky branch, d > n the Woodbury one.
 BRANCHES = {"cholesky": (3, 20), "woodbury": (8, 3)}
@@ -51,7 +56,7 @@ def fitted_state(
 ) -> tuple[kameleon.State, kameleon.Params]:
     """A chain at a random point with a fixed subsample of ``n`` points and ``nu^2``."""
     rng = np.random.default_rng(seed)
-    params = kameleon.make_params(dim, {"subsample_size": n, "min_subsample": 2}, warmup=10)
+    params = kameleon.make_params(dim, {**NONE, "subsample_size": n, "min_subsample": 2}, warmup=10)
     Z = frozen_array(rng.standard_normal((n, dim)) * 2.0)
     state = dataclasses.replace(
         kameleon.init(rng.standard_normal(dim), params, seed=seed, chain=0),
@@ -162,7 +167,7 @@ def test_ask_draws_from_the_documented_covariance() -> None:
 
 
 def test_random_walk_until_the_subsample_is_large_enough() -> None:
-    params = kameleon.make_params(2, {"min_subsample": 5}, warmup=100)
+    params = kameleon.make_params(2, {**NONE, "min_subsample": 5}, warmup=100)
     state = kameleon.init(np.zeros(2), params, seed=1, chain=0)
     state, _ = kameleon.tell(state, params, kameleon.ask(state, params), 0.0)
     for _ in range(5):
@@ -176,7 +181,7 @@ def test_random_walk_until_the_subsample_is_large_enough() -> None:
 
 
 def test_a_fixed_bandwidth_is_used_as_given() -> None:
-    params = kameleon.make_params(2, {"min_subsample": 2, "bandwidth": 0.3}, warmup=100)
+    params = kameleon.make_params(2, {**NONE, "min_subsample": 2, "bandwidth": 0.3}, warmup=100)
     state = kameleon.init(np.zeros(2), params, seed=1, chain=0)
     state, _ = kameleon.tell(state, params, kameleon.ask(state, params), 0.0)
     for _ in range(2):
@@ -254,14 +259,14 @@ def test_nu2_follows_the_acceptance_probability() -> None:
 
 
 def test_nu2_waits_for_the_kernel_part() -> None:
-    params = kameleon.make_params(2, {}, warmup=100)
+    params = kameleon.make_params(2, NONE, warmup=100)
     state = step(kameleon.init(np.zeros(2), params, seed=1, chain=0), params, 0.0)
     later = step(step(state, params, 0.0), params, 0.0)
     assert later.bandwidth is None and later.log_nu2 == state.log_nu2
 
 
 def test_nothing_adapts_before_adapt_start() -> None:
-    params = kameleon.make_params(2, {"adapt_start": 3}, warmup=100)
+    params = kameleon.make_params(2, {**NONE, "adapt_start": 3}, warmup=100)
     state = step(kameleon.init(np.zeros(2), params, seed=1, chain=0), params, 0.0)
     for _ in range(3):
         state = step(state, params, 0.0)
@@ -285,7 +290,7 @@ def run(params: kameleon.Params, iterations: int) -> list[kameleon.State]:
 
 
 def test_warmup_mode_freezes_the_subsample_and_nu2() -> None:
-    params = kameleon.make_params(2, {"subsample_size": 50}, warmup=300)
+    params = kameleon.make_params(2, {**NONE, "subsample_size": 50}, warmup=300)
     states = run(params, 400)
     during = states[1:301]
     assert any(b.log_nu2 != a.log_nu2 for a, b in itertools.pairwise(during))
@@ -301,7 +306,9 @@ def test_warmup_mode_freezes_the_subsample_and_nu2() -> None:
 
 
 def test_diminishing_mode_keeps_adapting_with_vanishing_probability() -> None:
-    params = kameleon.make_params(2, {"subsample_size": 20, "adaptation": "diminishing"}, warmup=0)
+    params = kameleon.make_params(
+        2, {**NONE, "subsample_size": 20, "adaptation": "diminishing"}, warmup=0
+    )
     T = 2000
     states = run(params, T)
     assert states[-1].history_size == T
@@ -319,7 +326,7 @@ def test_diminishing_mode_keeps_adapting_with_vanishing_probability() -> None:
             assert b.bandwidth == a.bandwidth
     assert any(states[t].subsample is not states[t].reservoir for t in range(1001, T + 1))
     hot, cold = encode(states[-1])  # the separate subsample survives the codec
-    assert set(cold) == {"reservoir", "subsample"}
+    assert set(cold) == {"reservoir", "subsample", *PRECONDITIONING_COLD_FIELDS}
     np.testing.assert_array_equal(decode(hot, cold).subsample, states[-1].subsample)
 
 
@@ -331,10 +338,10 @@ def test_tell_checks_the_proposal() -> None:
 
 def test_remembered_factors_change_no_proposal() -> None:
     """ask gives the same proposal whether the factor at x was remembered or not."""
-    from core.targets import Banana
+    from kameleon.core.targets import Banana
 
     target = Banana(dim=3, b=0.03, v=100.0)
-    params = kameleon.make_params(3, {"subsample_size": 50}, warmup=200)
+    params = kameleon.make_params(3, {**NONE, "subsample_size": 50}, warmup=200)
     state = kameleon.init(np.zeros(3), params, seed=4, chain=0)
     for _ in range(300):
         proposal = kameleon.ask(state, params)

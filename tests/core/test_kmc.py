@@ -1,4 +1,4 @@
-"""Tests of kernel HMC (core.samplers.kmc, kmc_lite, kmc_finite) beyond the generic
+"""Tests of kernel HMC (core.kernel_hmc, kmc_lite, kmc_finite) beyond the generic
 sampler tests: the leapfrog, the proposal's randomness, the random-walk fallback, the
 step-size rule and the adaptation schedule."""
 
@@ -13,14 +13,22 @@ from typing import Any
 import numpy as np
 import pytest
 
-from core.base import OptionError
-from core.rng import Stream, generator
-from core.samplers import kmc, kmc_finite, kmc_lite
-from core.serialization import cold_changed
+from kameleon.core import kernel_hmc
+from kameleon.core.base import OptionError
+from kameleon.core.rng import Stream, generator
+from kameleon.core.samplers import kmc_finite, kmc_lite
+from kameleon.core.serialization import cold_changed
 
 DIM = 2
 Variant = tuple[ModuleType, dict[str, Any]]
-SMALL = {"min_history": 20, "num_steps_min": 3, "num_steps_max": 8}
+# The kernel method's own mechanics, in the user's coordinates (test_preconditioning.py
+# covers the scouting phase and the whitened coordinates).
+SMALL = {
+    "min_history": 20,
+    "num_steps_min": 3,
+    "num_steps_max": 8,
+    "preconditioning": "none",
+}
 VARIANTS: dict[str, Variant] = {
     "lite": (kmc_lite, {**SMALL, "num_centres": 40, "update_every": 10}),
     "finite": (kmc_finite, {**SMALL, "num_features": 30, "update_every": 5}),
@@ -65,9 +73,9 @@ def banana_gradient(x: np.ndarray) -> np.ndarray:
 def test_leapfrog_is_reversible() -> None:
     q0, p0 = np.array([0.3, -1.0]), np.array([1.1, 0.4])
     q0.flags.writeable = p0.flags.writeable = False  # and inputs are not written to
-    q, p = kmc.leapfrog(q0, p0, banana_gradient, 0.07, 25)
+    q, p = kernel_hmc.leapfrog(q0, p0, banana_gradient, 0.07, 25)
     assert not np.allclose(q, q0)
-    q_back, p_back = kmc.leapfrog(q, -p, banana_gradient, 0.07, 25)
+    q_back, p_back = kernel_hmc.leapfrog(q, -p, banana_gradient, 0.07, 25)
     np.testing.assert_allclose(q_back, q0, atol=1e-12)
     np.testing.assert_allclose(-p_back, p0, atol=1e-12)
 
@@ -81,7 +89,7 @@ def test_leapfrog_nearly_preserves_energy_on_a_quadratic() -> None:
 
     def error(step_size: float) -> float:
         # The same trajectory length, 4 time units, for each step size.
-        q, p = kmc.leapfrog(q0, p0, lambda q: -A @ q, step_size, round(4 / step_size))
+        q, p = kernel_hmc.leapfrog(q0, p0, lambda q: -A @ q, step_size, round(4 / step_size))
         return abs(energy(q, p) - energy(q0, p0))
 
     coarse, fine = error(0.1), error(0.05)
@@ -113,7 +121,7 @@ def test_hmc_proposal_comes_from_the_proposal_stream(variant: Variant) -> None:
     num_steps = int(rng.integers(params.num_steps_min, params.num_steps_max + 1))
     jitter = params.step_size_jitter
     step_size = math.exp(state.log_step_size) * rng.uniform(1 - jitter, 1 + jitter)
-    q, p = kmc.leapfrog(
+    q, p = kernel_hmc.leapfrog(
         state.position, p0, sampler._surrogate(state).gradient, step_size, num_steps
     )
     np.testing.assert_array_equal(proposal.position, q)

@@ -21,10 +21,12 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from core import SAMPLERS
-from core.diagnostics import ess_mean, per_parameter
-from core.run import run_chain
-from core.targets import Gaussian, PseudoMarginal
+from kameleon.core import SAMPLERS
+from kameleon.core.diagnostics import ess_mean, per_parameter
+from kameleon.core.run import run_chain
+from kameleon.core.targets import Gaussian, PseudoMarginal
+
+pytestmark = pytest.mark.slow  # statistical: long pseudo-marginal chains
 
 TARGET = Gaussian([0.0, 1.0], [[1.0, 0.5], [0.5, 2.0]])
 NOISY = PseudoMarginal(TARGET, noise_sd=1.0)

@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 from scipy import linalg, stats
 
-from core.base import FloatArray
-from core.samplers import kmc, kmc_finite, kmc_lite
-from core.score_matching import (
+from kameleon.core import kernel_hmc
+from kameleon.core.base import FloatArray
+from kameleon.core.samplers import kmc_finite, kmc_lite
+from kameleon.core.score_matching import (
     FiniteSurrogate,
     LiteSurrogate,
     finite_initial,
@@ -199,7 +200,7 @@ def finite_fit(X: FloatArray, bandwidth: float, rng: np.random.Generator) -> Fin
 def test_surrogate_gradient_points_along_the_true_gradient(fit: Fit, dim: int) -> None:
     rng, cov = correlated_gaussian(dim, seed=dim)
     X = rng.multivariate_normal(np.zeros(dim), cov, 250)  # the default number of centres
-    bandwidth = kmc.default_bandwidth(X, rng)
+    bandwidth = kernel_hmc.default_bandwidth(X, rng)
     assert bandwidth is not None
     surrogate = fit(X, bandwidth, rng)
     T = typical_points(rng, cov, 400)

@@ -9,7 +9,14 @@ import numpy.typing as npt
 import pytest
 from scipy import integrate, stats
 
-from core.targets import QUANTILE_LEVELS, Banana, Flower, Gaussian, PseudoMarginal, quantile_error
+from kameleon.core.targets import (
+    QUANTILE_LEVELS,
+    Banana,
+    Flower,
+    Gaussian,
+    PseudoMarginal,
+    quantile_error,
+)
 
 N_EXACT = 200_000
 

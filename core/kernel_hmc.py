@@ -57,20 +57,27 @@ from typing import Any, Literal, Protocol, TypeVar
 
 import numpy as np
 
-from core.adaptation import adapt_probability, learning_rate, robbins_monro
-from core.base import (
+from kameleon.core import preconditioning
+from kameleon.core.adaptation import Welford, adapt_probability, learning_rate, robbins_monro
+from kameleon.core.base import (
+    ChainState,
     FloatArray,
     OptionError,
     Proposal,
     StepInfo,
-    frozen_array,
-    metropolis_transition,
+    metropolis_ask,
+    metropolis_tell,
     new_chain_fields,
 )
-from core.rkhs import median_bandwidth
-from core.rng import Stream, generator
+from kameleon.core.preconditioning import (
+    PRECONDITIONING_COLD_FIELDS,
+    Preconditioner,
+    PreconditionOptions,
+)
+from kameleon.core.rkhs import median_bandwidth
 
 __all__ = [
+    "PRECONDITIONING_COLD_FIELDS",
     "RW_TARGET_ACCEPTANCE",
     "Collect",
     "KMCParams",
@@ -87,8 +94,10 @@ RW_TARGET_ACCEPTANCE = 0.234  # of the random walk used before the surrogate is 
 
 
 @dataclass(frozen=True, slots=True)
-class KMCParams:
-    """Options shared by the kernel HMC variants.
+class KMCParams(PreconditionOptions):
+    """Options shared by the kernel HMC variants: ``preconditioning``,
+    ``precondition_iterations`` and ``initial_scale``
+    (:class:`core.preconditioning.PreconditionOptions`), and
 
     Attributes
     ----------
@@ -138,6 +147,7 @@ class KMCParams:
     adaptation: Literal["warmup", "diminishing"] = "warmup"
 
     def __post_init__(self) -> None:
+        self.check()
         if self.min_history < 2:
             raise OptionError("min_history", "must be at least 2")
         if self.bandwidth is not None and not self.bandwidth > 0:
@@ -161,7 +171,9 @@ class KMCParams:
 
     def is_collecting(self, iteration: int) -> bool:
         """Whether the state after ``iteration`` belongs to the history."""
-        return self.adaptation == "diminishing" or iteration <= self.warmup
+        return iteration > preconditioning.kernel_start(self) and (
+            self.adaptation == "diminishing" or iteration <= self.warmup
+        )
 
     def is_last_warmup(self, iteration: int) -> bool:
         """Whether ``iteration`` is the last one before the surrogate freezes."""
@@ -169,7 +181,7 @@ class KMCParams:
 
 
 @dataclass(frozen=True, slots=True)
-class KMCState:
+class KMCState(ChainState):
     """Fields shared by the kernel HMC variants' states.
 
     Attributes
@@ -183,16 +195,13 @@ class KMCState:
         which makes the proposal the random walk.
     """
 
-    position: FloatArray
-    logdensity: float | None
-    iteration: int
-    accepted: int
-    epoch: int
-    seed: int
-    chain: int
     log_rw_scale: float
     log_step_size: float
     bandwidth: float | None
+    scout_log_lambda: float
+    scout_moments: Welford
+    scout_factor: FloatArray | None
+    preconditioner: Preconditioner | None
 
 
 S = TypeVar("S", bound=KMCState)
@@ -221,7 +230,16 @@ def initial_fields(position: Any, params: KMCParams, *, seed: int, chain: int) -
         "log_rw_scale": log_rw_scale,
         "log_step_size": log_rw_scale if params.step_size is None else math.log(params.step_size),
         "bandwidth": None,
+        **preconditioning.initial_fields(params.dim),
     }
+
+
+def handover(state: S, params: KMCParams) -> S:
+    """Scouting ended: the random walk and the leapfrog step start from the scouting
+    scale per whitened coordinate."""
+    log_scale = preconditioning.scouting_log_scale(state)
+    log_step_size = log_scale if params.step_size is None else state.log_step_size
+    return dataclasses.replace(state, log_rw_scale=log_scale, log_step_size=log_step_size)
 
 
 def default_bandwidth(points: FloatArray, rng: np.random.Generator) -> float | None:
@@ -278,21 +296,23 @@ def leapfrog(
 
 def ask(state: KMCState, params: KMCParams, surrogate: Surrogate | None) -> Proposal:
     """The next proposal: HMC on ``surrogate``, or the random walk if it is ``None``."""
-    if state.logdensity is None:
-        return Proposal(state.iteration, "init", state.position)
-    t = state.iteration + 1
-    rng = generator(state.seed, state.chain, t, Stream.PROPOSE)
-    if surrogate is None:
-        x = state.position + math.exp(state.log_rw_scale) * rng.standard_normal(params.dim)
-        return Proposal(t, "proposal", frozen_array(x))
-    p0 = rng.standard_normal(params.dim)
-    num_steps = int(rng.integers(params.num_steps_min, params.num_steps_max + 1))
-    jitter = params.step_size_jitter
-    step_size = math.exp(state.log_step_size) * rng.uniform(1.0 - jitter, 1.0 + jitter)
-    # The surrogate gradients are bounded, so the trajectory stays finite.
-    q, p = leapfrog(state.position, p0, surrogate.gradient, step_size, num_steps)
-    log_correction = 0.5 * (float(p0 @ p0) - float(p @ p))
-    return Proposal(t, "proposal", frozen_array(q), log_correction)
+
+    def propose(
+        state: KMCState, params: KMCParams, rng: np.random.Generator
+    ) -> tuple[FloatArray, float]:
+        if surrogate is None:
+            return state.position + math.exp(state.log_rw_scale) * rng.standard_normal(
+                params.dim
+            ), 0.0
+        p0 = rng.standard_normal(params.dim)
+        num_steps = int(rng.integers(params.num_steps_min, params.num_steps_max + 1))
+        jitter = params.step_size_jitter
+        step_size = math.exp(state.log_step_size) * rng.uniform(1.0 - jitter, 1.0 + jitter)
+        # The surrogate gradients are bounded, so the trajectory stays finite.
+        q, p = leapfrog(state.position, p0, surrogate.gradient, step_size, num_steps)
+        return q, 0.5 * (float(p0 @ p0) - float(p @ p))
+
+    return metropolis_ask(state, params, propose)
 
 
 def tell(
@@ -305,32 +325,64 @@ def tell(
 ) -> tuple[S, StepInfo]:
     """Accept or reject ``proposal`` (made by :func:`ask` with ``surrogate``), adapt the
     scales and let ``collect`` update the surrogate."""
-    new, info, u_adapt = metropolis_transition(state, proposal, logdensity, warmup=params.warmup)
-    if proposal.kind == "init":
+
+    def adapt(
+        state: S, new: S, params: KMCParams, proposal: Proposal, info: StepInfo, u_adapt: float
+    ) -> S:
+        t = info.iteration
+        prob = info.acceptance_probability
+        if not params.is_collecting(t):
+            return new
+        start = preconditioning.kernel_start(params)
+        p_adapt = adapt_probability(t, warmup=params.warmup, mode=params.adaptation, start=start)
+        adapting = u_adapt < p_adapt
+        if adapting and params.adapt_step_size:
+            rate = learning_rate(t, start=start)
+            if surrogate is None:
+                log_rw_scale = robbins_monro(state.log_rw_scale, prob, RW_TARGET_ACCEPTANCE, rate)
+                new = dataclasses.replace(new, log_rw_scale=log_rw_scale)
+            else:
+                energy_error = (
+                    surrogate.logdensity(state.position)
+                    - surrogate.logdensity(proposal.position)
+                    - proposal.log_correction
+                )
+                leapfrog_prob = math.exp(-max(0.0, energy_error))
+                log_step_size = robbins_monro(
+                    state.log_step_size, leapfrog_prob, params.target_acceptance, rate
+                )
+                new = dataclasses.replace(new, log_step_size=log_step_size)
+        new = collect(new, params, 1.0 / p_adapt if adapting else 0.0)
+        if state.bandwidth is None and new.bandwidth is not None and params.step_size is None:
+            new = dataclasses.replace(new, log_step_size=new.log_rw_scale)
+        return new
+
+    return metropolis_tell(state, params, proposal, logdensity, adapt)
+
+
+def variant(
+    surrogate: Callable[[S], Surrogate | None], collect: Collect[S]
+) -> tuple[Callable[[S, Any], Proposal], Callable[[S, Any, Proposal, float], tuple[S, StepInfo]]]:
+    """The ``ask`` and ``tell`` of a kernel HMC variant, from how it builds its surrogate
+    from a state and how it enters a state into its history: :func:`ask` and :func:`tell`
+    on that surrogate, inside the preconditioning (:mod:`core.preconditioning`)."""
+
+    def kernel_ask(state: S, params: Any) -> Proposal:
+        return ask(state, params, surrogate(state))
+
+    def kernel_tell(
+        state: S, params: Any, proposal: Proposal, logdensity: float
+    ) -> tuple[S, StepInfo]:
+        return tell(state, params, proposal, logdensity, surrogate(state), collect)
+
+    def variant_ask(state: S, params: Any) -> Proposal:
+        return preconditioning.ask(state, params, kernel_ask)
+
+    def variant_tell(
+        state: S, params: Any, proposal: Proposal, logdensity: float
+    ) -> tuple[S, StepInfo]:
+        new: S
+        new, info = preconditioning.tell(state, params, proposal, logdensity, kernel_tell, handover)
         return new, info
-    t = proposal.iteration
-    prob = info.acceptance_probability
-    if not params.is_collecting(t):
-        return new, info
-    p_adapt = adapt_probability(t, warmup=params.warmup, mode=params.adaptation)
-    adapting = u_adapt < p_adapt
-    if adapting and params.adapt_step_size:
-        rate = learning_rate(t)
-        if surrogate is None:
-            log_rw_scale = robbins_monro(state.log_rw_scale, prob, RW_TARGET_ACCEPTANCE, rate)
-            new = dataclasses.replace(new, log_rw_scale=log_rw_scale)
-        else:
-            energy_error = (
-                surrogate.logdensity(state.position)
-                - surrogate.logdensity(proposal.position)
-                - proposal.log_correction
-            )
-            leapfrog_prob = math.exp(-max(0.0, energy_error))
-            log_step_size = robbins_monro(
-                state.log_step_size, leapfrog_prob, params.target_acceptance, rate
-            )
-            new = dataclasses.replace(new, log_step_size=log_step_size)
-    new = collect(new, params, 1.0 / p_adapt if adapting else 0.0)
-    if state.bandwidth is None and new.bandwidth is not None and params.step_size is None:
-        new = dataclasses.replace(new, log_step_size=new.log_rw_scale)
-    return new, info
+
+    return variant_ask, variant_tell

@@ -1,0 +1,396 @@
+"""Convergence checks of a run: the warnings a user should read, and the stopping rule.
+
+:func:`check` looks at the post-warm-up draws of every chain and each chain's
+acceptance rate after warm-up, and returns a list of :class:`Finding`, one per thing
+that is wrong, each with a stable ``code``, the parameter or chain it concerns, the
+number measured and the threshold it crossed. The service returns them as JSON
+(``warnings``); :func:`core.run.sample` emits them as :class:`SamplingWarning`.
+
+Codes (stable; thresholds are module constants):
+
+``too_few_draws``
+    Fewer than :data:`~core.diagnostics.MIN_DRAWS` post-warm-up draws per chain: R-hat
+    and ESS are undefined, nothing else is judged. ``value``: draws per chain.
+``nonfinite``
+    A parameter has draws that are NaN or infinite. ``value``: how many.
+``rhat``
+    Rank-normalised split R-hat above :data:`RHAT_MAX` (1.01): the chains do not agree
+    yet. ``value`` is ``inf`` for chains stuck at different points.
+``ess_bulk``, ``ess_tail``
+    Bulk or tail ESS below :data:`ESS_PER_CHAIN_MIN` (100) per chain: too few
+    effective draws to trust R-hat, the mean (bulk) or the 5% and 95% quantiles (tail).
+    ``threshold`` is 100 times the number of chains.
+``acceptance_low``, ``acceptance_high``
+    A chain accepted fewer than :data:`ACCEPTANCE_MIN` (5%) or more than
+    :data:`ACCEPTANCE_MAX` (95%) of its proposals after warm-up: steps too large (the
+    chain hardly moves) or too small (it moves by tiny steps).
+``stuck``
+    A chain's longest run of identical consecutive draws is longer than
+    :func:`stuck_threshold` of the number of draws. ``value``: the run's length.
+``chain_mean``
+    A chain's mean, on the rank-normalised scale, lies more than :data:`CHAIN_Z_MAX`
+    (5) Monte Carlo standard errors from the other chains' (see
+    :func:`core.diagnostics.chain_mean_z`); one finding per chain, for its worst
+    parameter, among the parameters whose bulk ESS does not warn (with fewer
+    effective draws a chain's own MCSE is too rough to compare chains by, and
+    ``ess_bulk`` has spoken already). ``value``: that signed distance.
+
+Why these two chain checks besides R-hat and acceptance:
+
+- ``stuck`` catches a chain that accepts often enough on average but sat still for a
+  long stretch, the mark of a pseudo-marginal chain that met a lucky over-estimate, or
+  of a chain caught in a narrow region. A run of ``L`` rejections has probability
+  ``(1 - a)^L`` for a chain accepting a fraction ``a`` of its proposals; at the lowest
+  rate that does not warn already (``a`` = 5%), :func:`stuck_threshold` is the run
+  length that such a chain of ``n`` draws exceeds with probability below 1%. It grows
+  with ``log n`` only: 225 draws for ``n`` = 1 000, 315 for ``n`` = 100 000.
+- ``chain_mean`` names the chain that disagrees, which R-hat does not; and one stray
+  chain among many moves R-hat by only about ``delta**2 / (2 chains)``, so 16 long
+  chains with one of them 0.5 sd off give R-hat below 1.01. Five Monte Carlo standard
+  errors: a chain of a converged run goes that far with probability below 1e-6 if its
+  MCSE were exact; with estimated MCSEs, 200 runs each of simulated AR(1) chains with
+  at least 100 effective draws per chain (4 to 64 chains) never went past 4.4.
+
+:class:`StopRule` is the stopping rule: every parameter's R-hat below a bound and its
+bulk and tail ESS (over all chains) above another.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from kameleon.core.base import FloatArray
+from kameleon.core.diagnostics import MIN_DRAWS, ParameterSummary, chain_mean_z, summarize
+
+__all__ = [
+    "ACCEPTANCE_MAX",
+    "ACCEPTANCE_MIN",
+    "CHAIN_Z_MAX",
+    "CODES",
+    "ESS_PER_CHAIN_MIN",
+    "RHAT_MAX",
+    "Finding",
+    "SamplingWarning",
+    "StopRule",
+    "check",
+    "longest_run",
+    "stuck_threshold",
+]
+
+RHAT_MAX = 1.01
+"""R-hat above this warns (Vehtari et al. 2021)."""
+ESS_PER_CHAIN_MIN = 100
+"""Bulk or tail ESS below this many per chain warns (Vehtari et al. 2021)."""
+ACCEPTANCE_MIN = 0.05
+"""Post-warm-up acceptance rate below this warns."""
+ACCEPTANCE_MAX = 0.95
+"""Post-warm-up acceptance rate above this warns."""
+CHAIN_Z_MAX = 5.0
+"""A chain mean this many Monte Carlo standard errors from the others' warns."""
+_STUCK_ACCEPTANCE = ACCEPTANCE_MIN
+_STUCK_FALSE_ALARM = 0.01
+
+CODES = (
+    "too_few_draws",
+    "nonfinite",
+    "rhat",
+    "ess_bulk",
+    "ess_tail",
+    "acceptance_low",
+    "acceptance_high",
+    "stuck",
+    "chain_mean",
+)
+"""Every finding's code, in the order :func:`check` reports them."""
+
+
+class SamplingWarning(UserWarning):
+    """A convergence problem of an in-process run; ``finding`` says which."""
+
+    def __init__(self, finding: Finding) -> None:
+        super().__init__(finding.message)
+        self.finding = finding
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One warning about a run.
+
+    Attributes
+    ----------
+    code
+        One of :data:`CODES`.
+    parameter
+        The parameter it concerns, or ``None``.
+    chain
+        The chain it concerns, or ``None``.
+    value
+        The number measured (may be ``inf``).
+    threshold
+        The bound it crossed.
+    message
+        The same, for a person.
+    """
+
+    code: str
+    parameter: str | None
+    chain: int | None
+    value: float
+    threshold: float
+    message: str
+
+    def as_dict(self) -> dict[str, Any]:
+        """The finding as a plain dictionary."""
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class StopRule:
+    """Stop sampling when every parameter has converged by these bounds.
+
+    Attributes
+    ----------
+    rhat
+        Every parameter's rank-normalised split R-hat must be below it.
+    ess
+        Every parameter's bulk and tail ESS, over all chains, must be above it.
+    check_every
+        Post-warm-up iterations per chain between two checks of the rule.
+    """
+
+    rhat: float = 1.01
+    ess: float = 400.0
+    check_every: int = 1000
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.rhat) and self.rhat > 1.0):
+            raise ValueError(f"stop rule: rhat must be a finite number above 1, not {self.rhat}")
+        if not (math.isfinite(self.ess) and self.ess > 0):
+            raise ValueError(f"stop rule: ess must be a positive finite number, not {self.ess}")
+        if isinstance(self.check_every, bool) or not isinstance(self.check_every, int):
+            raise ValueError("stop rule: check_every must be an integer")
+        if self.check_every < 1:
+            raise ValueError(f"stop rule: check_every must be positive, not {self.check_every}")
+
+    @classmethod
+    def of(cls, rule: StopRule | Mapping[str, Any]) -> StopRule:
+        """``rule`` itself, or the rule a mapping such as ``{"rhat": 1.01}`` describes."""
+        if isinstance(rule, StopRule):
+            return rule
+        unknown = set(rule) - {"rhat", "ess", "check_every"}
+        if unknown:
+            raise ValueError(f"stop rule: unknown fields {sorted(unknown)}")
+        return cls(**rule)
+
+    def met(self, summaries: Sequence[ParameterSummary]) -> bool:
+        """Whether every parameter meets the rule; an undefined statistic does not."""
+        return bool(summaries) and all(
+            p["r_hat"] < self.rhat and p["ess_bulk"] > self.ess and p["ess_tail"] > self.ess
+            for p in summaries
+        )
+
+
+def stuck_threshold(draws: int) -> int:
+    """The longest run of identical draws that a chain of ``draws`` draws may show.
+
+    A chain that accepts 5% of its proposals (the lowest rate that does not warn on its
+    own) exceeds it with probability below 1%: ``log(draws / 0.01) / -log(0.95)``.
+    """
+    return math.ceil(math.log(max(draws, 1) / _STUCK_FALSE_ALARM) / -math.log1p(-_STUCK_ACCEPTANCE))
+
+
+def longest_run(chain: npt.ArrayLike) -> int:
+    """The longest run of identical consecutive rows of ``chain``, shape ``(draws, dim)``."""
+    rows = np.asarray(chain, dtype=np.float64)
+    if rows.shape[0] == 0:
+        return 0
+    rows = rows.reshape(rows.shape[0], -1)
+    same = np.all(rows[1:] == rows[:-1], axis=1)
+    # Run boundaries: where a row differs from the one before.
+    starts = np.flatnonzero(np.concatenate(([True], ~same, [True])))
+    return int(np.diff(starts).max())
+
+
+def check(
+    draws: npt.ArrayLike,
+    names: Sequence[str],
+    acceptance: Sequence[float | None] | None = None,
+    *,
+    summaries: Sequence[ParameterSummary] | None = None,
+) -> list[Finding]:
+    """The warnings of a run, in the order of :data:`CODES`, parameters and chains.
+
+    Parameters
+    ----------
+    draws
+        Post-warm-up draws, shape ``(chains, draws, dim)``.
+    names
+        The ``dim`` parameter names.
+    acceptance
+        Each chain's acceptance rate after warm-up (``None`` or NaN where unknown), or
+        ``None`` to skip the acceptance checks.
+    summaries
+        ``summarize(draws, names)``, when already computed.
+
+    Returns
+    -------
+    list of Finding
+        Empty when nothing is wrong.
+    """
+    values = np.asarray(draws, dtype=np.float64)
+    if values.ndim != 3:
+        raise ValueError(f"draws must have shape (chains, draws, dim), not {values.shape}")
+    m, n, _ = values.shape
+    if m == 0:
+        return []
+    if n < MIN_DRAWS:
+        return [
+            Finding(
+                "too_few_draws",
+                None,
+                None,
+                float(n),
+                float(MIN_DRAWS),
+                f"{n} post-warm-up draws per chain are too few to judge convergence "
+                f"(R-hat and ESS need at least {MIN_DRAWS}).",
+            )
+        ]
+    if summaries is None:
+        summaries = summarize(values, names)
+    found: list[Finding] = []
+    bad = np.count_nonzero(~np.isfinite(values), axis=(0, 1))
+    for name, count in zip(names, bad, strict=True):
+        if count:
+            found.append(
+                Finding(
+                    "nonfinite",
+                    name,
+                    None,
+                    float(count),
+                    0.0,
+                    f"{name} has {count} draws that are NaN or infinite.",
+                )
+            )
+    found += [f for p in summaries if (f := _rhat(p)) is not None]
+    ess_min = float(ESS_PER_CHAIN_MIN * m)
+    for kind, label in (("ess_bulk", "bulk"), ("ess_tail", "tail")):
+        for p in summaries:
+            ess = p["ess_bulk"] if kind == "ess_bulk" else p["ess_tail"]
+            if ess < ess_min:
+                found.append(
+                    Finding(
+                        kind,
+                        p["name"],
+                        None,
+                        ess,
+                        ess_min,
+                        f"{label} ESS of {p['name']} is {ess:.0f}, under {ESS_PER_CHAIN_MIN} "
+                        f"per chain ({ess_min:.0f}): run longer.",
+                    )
+                )
+    if acceptance is not None:
+        found += _acceptance(acceptance)
+    found += _stuck(values)
+    # A chain's own MCSE is an estimate good enough to compare chains by only when the
+    # chains have enough effective draws; with fewer, ``ess_bulk`` has already warned.
+    judged = [k for k, p in enumerate(summaries) if p["ess_bulk"] >= ess_min]
+    found += _chain_means(values, names, judged)
+    return found
+
+
+def _rhat(p: ParameterSummary) -> Finding | None:
+    r = p["r_hat"]
+    if not r > RHAT_MAX:  # NaN: undefined, reported otherwise
+        return None
+    return Finding(
+        "rhat",
+        p["name"],
+        None,
+        r,
+        RHAT_MAX,
+        f"R-hat of {p['name']} is {r:.4f}, over {RHAT_MAX}: the chains do not agree yet; "
+        "run longer, or look for several modes.",
+    )
+
+
+def _acceptance(acceptance: Sequence[float | None]) -> list[Finding]:
+    found = []
+    for c, rate in enumerate(acceptance):
+        if rate is None or math.isnan(rate):
+            continue
+        if rate < ACCEPTANCE_MIN:
+            found.append(
+                Finding(
+                    "acceptance_low",
+                    None,
+                    c,
+                    rate,
+                    ACCEPTANCE_MIN,
+                    f"chain {c} accepted {rate:.1%} of its proposals after warm-up, under "
+                    f"{ACCEPTANCE_MIN:.0%}: its steps are too large, or warm-up too short.",
+                )
+            )
+        elif rate > ACCEPTANCE_MAX:
+            found.append(
+                Finding(
+                    "acceptance_high",
+                    None,
+                    c,
+                    rate,
+                    ACCEPTANCE_MAX,
+                    f"chain {c} accepted {rate:.1%} of its proposals after warm-up, over "
+                    f"{ACCEPTANCE_MAX:.0%}: its steps are too small, or warm-up too short.",
+                )
+            )
+    return found
+
+
+def _stuck(values: FloatArray) -> list[Finding]:
+    limit = stuck_threshold(values.shape[1])
+    found = []
+    for c in range(values.shape[0]):
+        run = longest_run(values[c])
+        if run > limit:
+            found.append(
+                Finding(
+                    "stuck",
+                    None,
+                    c,
+                    float(run),
+                    float(limit),
+                    f"chain {c} did not move for {run} consecutive draws (more than {limit}).",
+                )
+            )
+    return found
+
+
+def _chain_means(values: FloatArray, names: Sequence[str], judged: list[int]) -> list[Finding]:
+    m = values.shape[0]
+    if m < 2 or not judged:
+        return []
+    z = np.stack([chain_mean_z(values[:, :, k]) for k in judged], axis=1)
+    found = []
+    for c in range(m):
+        row = np.where(np.isnan(z[c]), 0.0, np.abs(z[c]))
+        j = int(np.argmax(row))
+        if row[j] > CHAIN_Z_MAX:
+            k, value = judged[j], float(z[c, j])
+            side = "above" if value > 0 else "below"
+            found.append(
+                Finding(
+                    "chain_mean",
+                    names[k],
+                    c,
+                    value,
+                    CHAIN_Z_MAX,
+                    f"chain {c}'s mean of {names[k]} lies {abs(value):.3g} Monte Carlo "
+                    f"standard errors {side} the other chains' (over {CHAIN_Z_MAX:g}).",
+                )
+            )
+    return found

@@ -1,0 +1,421 @@
+"""Affine preconditioning for the kernel samplers: their results do not depend on the
+units of the coordinates.
+
+A Gaussian kernel has one bandwidth, and a Gaussian random walk one scale. On a target
+whose coordinates have scales 1e-3 and 1e2, or that is strongly correlated, neither fits:
+the kernel samplers of the papers then crawl along the wide directions while looking
+converged. The remedy here is the one a statistician applies by hand, done adaptively in
+warm-up:
+
+1. **Scouting** (warm-up iterations ``1..w``, ``w = precondition_iterations``, by default
+   half the warm-up): the chain is Adaptive Metropolis (Haario et al. 2001, with the global
+   scale of Andrieu and Thoms 2008, Algorithm 4), ``x* = x + N(0, lambda s_d Sigma)``,
+   ``s_d = 2.38^2 / d``. ``Sigma`` is the covariance of the chain's states in the current
+   window, regularised by a nugget ``eps`` times its own diagonal (so the nugget is in the
+   units of each coordinate, not absolute). The windows double in length and end at
+   ``w / 32, w / 16, ..., w / 2, w`` (:func:`window_ends`); each starts from the previous
+   one's covariance, so a scale that the first proposals got wrong by orders of magnitude
+   is corrected geometrically, and the last half of scouting estimates the scale from a
+   chain that has found the target's mass. Until a window holds enough states, the
+   proposal uses the previous window's estimate, or ``initial_scale^2 I`` at first.
+2. At the end of iteration ``w`` the **preconditioner** is fixed: the shift ``m`` (the
+   window's mean) and the lower Cholesky factor ``L`` of its regularised covariance,
+   ``Sigma = L L^T``. It never changes again.
+3. **The kernel method** runs from iteration ``w + 1`` on in whitened coordinates
+   ``u = W(x) = L^-1 (x - m)``: its history, bandwidth (median heuristic), random-walk
+   scales, kernel-HMC step sizes and nugget ``gamma`` are all those of ``u``, where the
+   target has roughly unit covariance whatever the user's units. A proposal ``u*`` is
+   handed out as ``x* = C(u*) = m + L u*``.
+4. **A random-walk share**: after scouting, each iteration is, with probability
+   ``random_walk_probability`` (default 0.1, a coin from its own stream), a random-walk
+   Metropolis step along the last scouting window's covariance instead of the kernel
+   method's (:func:`is_random_walk`). A mixture of kernels that each leave the target
+   invariant, chosen independently of the state, leaves it invariant. It keeps the chain
+   exploring where the kernel method's fit, learnt from the warm-up history, has not been:
+   a kernel HMC surrogate pulls its trajectories back into the region it was fitted on.
+
+Why every acceptance ratio stays right. Let ``q_u(u* | u)`` be the kernel method's
+proposal density in whitened coordinates, and ``x = C(u)``, ``x* = C(u*)``. ``C`` is
+affine with the constant Jacobian ``det L``, so the density of ``x*`` given ``x`` is
+``q_x(x* | x) = q_u(W(x*) | W(x)) / det L``, and
+
+    q_x(x | x*) / q_x(x* | x) = q_u(u | u*) / q_u(u* | u):
+
+the Jacobians cancel, and the Hastings correction computed in whitened coordinates (the
+proposal's ``log_correction``: both kernel-covariance densities for KAMH, the kinetic
+energy change for kernel HMC) is the correction in the user's coordinates. The target
+ratio ``pi(x*) / pi(x)`` is the told log densities' difference, unchanged (the target in
+whitened coordinates, ``pi(C(u)) det L``, has the same ratio). During scouting the
+proposal is a symmetric Gaussian random walk (no correction). ``m`` and ``L`` change only
+once, at the end of iteration ``w``, between two transitions; afterwards they are
+constants, so the post-warm-up chain is an ordinary Metropolis-Hastings chain with a fixed
+proposal (``"warmup"`` adaptation), or a diminishing-adaptation chain whose preconditioner
+is fixed (``"diminishing"``). The tests check the ratio identity on random pairs against
+the density computed directly in ``x`` coordinates.
+
+``preconditioning: "none"`` skips all of this and runs the papers' original algorithms in
+the user's coordinates (for reproducing the papers).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+from scipy.linalg.blas import dtrsv
+
+from kameleon.core.adaptation import Welford, learning_rate, robbins_monro
+from kameleon.core.base import (
+    FloatArray,
+    OptionError,
+    Proposal,
+    StepInfo,
+    frozen_array,
+    metropolis_ask,
+    metropolis_transition,
+)
+from kameleon.core.linalg import jittered_cholesky
+from kameleon.core.rng import Stream, generator
+from kameleon.core.serialization import register
+
+__all__ = [
+    "PRECONDITIONING_COLD_FIELDS",
+    "PRECONDITIONING_MODES",
+    "PreconditionOptions",
+    "Preconditioner",
+    "ask",
+    "initial_fields",
+    "is_scouting",
+    "kernel_start",
+    "scout_ask",
+    "scouting_iterations",
+    "scouting_log_scale",
+    "tell",
+]
+
+PRECONDITIONING_MODES = ("diagonal", "dense", "none")
+#: Target acceptance of the scouting random walk (Roberts, Gelman and Gilks 1997).
+SCOUT_TARGET_ACCEPTANCE = 0.234
+#: Nugget of the window covariance, relative to its own diagonal.
+NUGGET = 1e-6
+#: The state fields of the preconditioning that a store keeps with the cold parts.
+PRECONDITIONING_COLD_FIELDS = ("scout_moments", "scout_factor", "preconditioner")
+
+
+@register("preconditioning.Preconditioner")
+@dataclass(frozen=True, slots=True)
+class Preconditioner:
+    """The affine map between the user's coordinates ``x`` and whitened ones ``u``.
+
+    Attributes
+    ----------
+    shift
+        ``m``, shape ``(d,)``.
+    factor
+        ``L``, lower triangular with a positive diagonal, shape ``(d, d)``.
+    """
+
+    shift: FloatArray
+    factor: FloatArray
+
+    def whiten(self, x: FloatArray) -> FloatArray:
+        """``u = L^-1 (x - m)``."""
+        return frozen_array(dtrsv(self.factor, x - self.shift, lower=1))
+
+    def color(self, u: FloatArray) -> FloatArray:
+        """``x = m + L u``."""
+        return frozen_array(self.shift + self.factor @ u)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PreconditionOptions:
+    """The preconditioning options every kernel sampler's ``Params`` carries.
+
+    Attributes
+    ----------
+    preconditioning
+        ``"diagonal"`` (default): scout with Adaptive Metropolis for the first
+        ``precondition_iterations`` warm-up iterations, then run the kernel method in
+        coordinates scaled by the standard deviations they found (module docstring).
+        ``"dense"``: whiten with their full covariance instead, which also removes linear
+        correlations, but needs a scouting run long enough to estimate ``d (d + 1) / 2``
+        covariances (several thousand iterations). ``"none"``: the papers' original
+        algorithm in the user's coordinates.
+    precondition_iterations
+        ``w``, the scouting iterations (default: half the warm-up). 0 turns
+        preconditioning off.
+    initial_scale
+        Standard deviation per coordinate of the first scouting proposals' covariance
+        ``initial_scale^2 I`` (default 1); the scale adaptation corrects it within a
+        few hundred iterations.
+    random_walk_probability
+        After scouting, the probability that an iteration is a random-walk Metropolis
+        step along the scouting covariance instead of the kernel method's (default 0.1;
+        0 for the kernel method alone; see :func:`is_random_walk`). Not used with
+        ``preconditioning: "none"``.
+    """
+
+    preconditioning: Literal["diagonal", "dense", "none"] = "diagonal"
+    precondition_iterations: int | None = None
+    initial_scale: float = 1.0
+    random_walk_probability: float = 0.1
+
+    def check(self) -> None:
+        if not 0 <= self.random_walk_probability < 1:
+            raise OptionError("random_walk_probability", "must be in [0, 1)")
+        if self.precondition_iterations is not None and self.precondition_iterations < 0:
+            raise OptionError("precondition_iterations", "must be non-negative")
+        if not self.initial_scale > 0:
+            raise OptionError("initial_scale", "must be positive")
+
+
+def scouting_iterations(params: Any) -> int:
+    """``w`` for ``params`` (0: no preconditioning)."""
+    if params.preconditioning == "none":
+        return 0
+    if params.precondition_iterations is not None:
+        return int(min(params.precondition_iterations, params.warmup))
+    return int(params.warmup) // 2
+
+
+def initial_fields(dim: int) -> dict[str, Any]:
+    """The preconditioning fields of a new chain's state.
+
+    ``scout_log_lambda`` is the scouting scale's log, ``scout_moments`` the running moments
+    of the current window, ``scout_factor`` the Cholesky factor of the previous window's
+    regularised covariance (``None`` before the first window ends), and ``preconditioner``
+    the fixed map (``None`` until scouting ends, and for ever without preconditioning).
+    """
+    return {
+        "scout_log_lambda": 0.0,
+        "scout_moments": Welford.empty(dim),
+        "scout_factor": None,
+        "preconditioner": None,
+    }
+
+
+def is_scouting(state: Any, params: Any) -> bool:
+    """Whether the next transition of ``state`` is a scouting one."""
+    return bool(state.iteration < scouting_iterations(params))
+
+
+def _min_window(dim: int) -> int:
+    """States a window needs before its covariance is trusted."""
+    return max(20, 2 * dim)
+
+
+def _regularised_cholesky(moments: Welford, dense: bool) -> FloatArray | None:
+    """``chol(Sigma + eps diag(Sigma))`` for the window's covariance ``Sigma`` (only its
+    diagonal unless ``dense``), or ``None`` if the window is too short or never moved in
+    some coordinate."""
+    if moments.count < 2:
+        return None
+    sigma = moments.covariance()
+    sigma = 0.5 * (sigma + sigma.T)
+    diagonal = np.diagonal(sigma).copy()
+    if not np.all(np.isfinite(sigma)) or not np.all(diagonal > 0):
+        return None
+    if not dense:
+        return np.diag(np.sqrt(diagonal * (1 + NUGGET)))
+    sigma[np.diag_indices_from(sigma)] += NUGGET * diagonal
+    return jittered_cholesky(sigma)
+
+
+def _scout_factor(state: Any, params: Any, dim: int) -> FloatArray:
+    """Cholesky factor of the scouting proposal's covariance basis ``Sigma``."""
+    if state.scout_moments.count >= _min_window(dim):
+        factor = _regularised_cholesky(state.scout_moments, params.preconditioning == "dense")
+        if factor is not None:
+            return factor
+    previous: FloatArray | None = state.scout_factor
+    if previous is not None:
+        return previous
+    return float(params.initial_scale) * np.eye(dim)
+
+
+def kernel_start(params: Any) -> int:
+    """The iteration after which the kernel method collects its history and adapts."""
+    return max(int(getattr(params, "adapt_start", 0)), scouting_iterations(params))
+
+
+def scout_ask(state: Any, params: Any) -> Proposal:
+    """A scouting proposal: ``x* = x + sqrt(lambda s_d) L_Sigma z``, ``z ~ N(0, I)``."""
+    return metropolis_ask(state, params, _scout_propose)
+
+
+def _scout_propose(state: Any, params: Any, rng: np.random.Generator) -> tuple[FloatArray, float]:
+    dim = state.position.size
+    scale = math.exp(0.5 * state.scout_log_lambda) * 2.38 / math.sqrt(dim)
+    return state.position + scale * (
+        _scout_factor(state, params, dim) @ rng.standard_normal(dim)
+    ), 0.0
+
+
+def window_ends(w: int, dim: int) -> tuple[int, ...]:
+    """The last iterations of the scouting windows: ``w / 32, w / 16, ..., w / 2, w``,
+    leaving out any that would make a window shorter than the minimum."""
+    ends: list[int] = []
+    for k in (5, 4, 3, 2, 1):
+        end = w >> k
+        if end - (ends[-1] if ends else 0) >= _min_window(dim) and w - end >= _min_window(dim):
+            ends.append(end)
+    return (*ends, w)
+
+
+def _window_start(t: int, w: int, dim: int) -> int:
+    """The iteration before the window that iteration ``t`` belongs to begins."""
+    return max((end for end in window_ends(w, dim) if end < t), default=0)
+
+
+def scout_adapt(state: Any, params: Any, info: StepInfo) -> Any:
+    """Adapt the scouting fields after transition ``info.iteration`` (every scouting
+    iteration adapts); at the end of a window (:func:`window_ends`) start the next one
+    from its covariance, at the end of the last one fix the preconditioner.
+
+    The windows double in length, as in Stan's warm-up: a coordinate whose scale the
+    first proposals got far too small diffuses over a window to a spread several times
+    its step, which becomes the next window's step, so its scale grows geometrically
+    from window to window instead of by diffusion alone. Each window restarts the scale
+    ``lambda`` at 1, the right value for a covariance that matches the target's.
+    """
+    t = info.iteration
+    w = scouting_iterations(params)
+    dim = state.position.size
+    dense = params.preconditioning == "dense"
+    log_lambda = robbins_monro(
+        state.scout_log_lambda,
+        info.acceptance_probability,
+        SCOUT_TARGET_ACCEPTANCE,
+        learning_rate(t, start=_window_start(t, w, dim)),
+    )
+    moments = state.scout_moments.update(state.position)
+    scout_factor = state.scout_factor
+    preconditioner = None
+    if t != w and t in window_ends(w, dim):
+        factor = _regularised_cholesky(moments, dense) if moments.count >= 2 else None
+        if factor is not None:
+            scout_factor = frozen_array(factor)
+            log_lambda = 0.0
+        moments = Welford.empty(dim)
+    if t == w:
+        factor = _regularised_cholesky(moments, dense)
+        if factor is None:  # the window never moved in some coordinate: keep the last basis
+            factor = _scout_factor(state, params, dim)
+        preconditioner = Preconditioner(frozen_array(moments.mean), frozen_array(factor))
+        # The mixture's random walk (see ask) steps along the window's full covariance.
+        walk = _regularised_cholesky(moments, dense=True)
+        scout_factor = frozen_array(walk) if walk is not None else preconditioner.factor
+    return dataclasses.replace(
+        state,
+        scout_log_lambda=log_lambda,
+        scout_moments=moments,
+        scout_factor=scout_factor,
+        preconditioner=preconditioner,
+    )
+
+
+def is_random_walk(state: Any, params: Any) -> bool:
+    """Whether the next transition of a chain past scouting is the mixture's random walk.
+
+    After scouting, each iteration is, with probability ``random_walk_probability``, a
+    random-walk Metropolis step ``x* = x + sqrt(lambda s_d) L_W z`` along the last scouting
+    window's covariance ``L_W L_W^T`` (Adaptive Metropolis with its covariance frozen), and
+    otherwise the kernel method's. The choice is a coin from its own stream, independent
+    of the state, so the mixture of the two kernels, each of which leaves the target
+    invariant, does too. The random walk keeps exploring where the kernel method's fit,
+    learnt from the warm-up history, has not been: the kernel HMC surrogate's gradient
+    pulls trajectories back into the region it was fitted on. The last warm-up iteration
+    is always the kernel method's, which brings its fit up to date there.
+    """
+    p = params.random_walk_probability
+    if p <= 0 or state.preconditioner is None or state.logdensity is None:
+        return False
+    t = state.iteration + 1
+    if t == params.warmup:
+        return False
+    return bool(generator(state.seed, state.chain, t, Stream.MIX).random() < p)
+
+
+def _walk_propose(state: Any, params: Any, rng: np.random.Generator) -> tuple[FloatArray, float]:
+    """The mixture's random walk (see :func:`is_random_walk`)."""
+    dim = state.position.size
+    scale = math.exp(0.5 * state.scout_log_lambda) * 2.38 / math.sqrt(dim)
+    return state.position + scale * (state.scout_factor @ rng.standard_normal(dim)), 0.0
+
+
+def whitened(state: Any) -> Any:
+    """``state`` with its position in whitened coordinates (for the kernel method)."""
+    return dataclasses.replace(state, position=state.preconditioner.whiten(state.position))
+
+
+def ask(state: Any, params: Any, kernel_ask: Callable[[Any, Any], Proposal]) -> Proposal:
+    """``ask`` of a preconditioned kernel sampler whose kernel method is ``kernel_ask``.
+
+    An initial point is handed out exactly as given; a scouting proposal is Adaptive
+    Metropolis'; after scouting, the kernel method proposes from the whitened state and
+    its proposal is mapped back, with its ``log_correction`` unchanged (module docstring).
+    """
+    if state.logdensity is not None and is_scouting(state, params):
+        return scout_ask(state, params)
+    if state.logdensity is None or state.preconditioner is None:
+        return kernel_ask(state, params)
+    if is_random_walk(state, params):
+        return metropolis_ask(state, params, _walk_propose)
+    proposal = kernel_ask(whitened(state), params)
+    return dataclasses.replace(proposal, position=state.preconditioner.color(proposal.position))
+
+
+def tell(
+    state: Any,
+    params: Any,
+    proposal: Proposal,
+    logdensity: float,
+    kernel_tell: Callable[[Any, Any, Proposal, float], tuple[Any, StepInfo]],
+    handover: Callable[[Any, Any], Any],
+) -> tuple[Any, StepInfo]:
+    """``tell`` of a preconditioned kernel sampler (see :func:`ask`).
+
+    ``handover(state, params)`` sets the kernel method's own fields when scouting ends
+    (its scales from the scouting scale, see :func:`scouting_log_scale`). After scouting,
+    the new state's position is the proposal exactly as handed out (or the old position):
+    whitening is for the kernel method's arithmetic only.
+    """
+    if proposal.kind == "proposal" and is_scouting(state, params):
+        new, info, _ = metropolis_transition(state, proposal, logdensity, warmup=params.warmup)
+        new = scout_adapt(new, params, info)
+        if new.preconditioner is not None:
+            new = handover(new, params)
+        return new, info
+    if proposal.kind == "init" or state.preconditioner is None:
+        return kernel_tell(state, params, proposal, logdensity)
+    if is_random_walk(state, params):
+        new, info, _ = metropolis_transition(state, proposal, logdensity, warmup=params.warmup)
+        if info.iteration <= params.warmup:  # its scale adapts in warm-up, then freezes
+            log_lambda = robbins_monro(
+                state.scout_log_lambda,
+                info.acceptance_probability,
+                SCOUT_TARGET_ACCEPTANCE,
+                learning_rate(info.iteration),
+            )
+            new = dataclasses.replace(new, scout_log_lambda=log_lambda)
+        return new, info
+    pre = state.preconditioner
+    new, info = kernel_tell(
+        whitened(state),
+        params,
+        dataclasses.replace(proposal, position=pre.whiten(proposal.position)),
+        logdensity,
+    )
+    position = proposal.position if info.outcome == "accepted" else state.position
+    return dataclasses.replace(new, position=position), info
+
+
+def scouting_log_scale(state: Any) -> float:
+    """``log sqrt(lambda s_d)``: the scouting random walk's final step per whitened
+    coordinate, where a kernel method's own step sizes start."""
+    dim = state.position.size
+    return 0.5 * float(state.scout_log_lambda) + math.log(2.38 / math.sqrt(dim))

@@ -1,0 +1,33 @@
+"""The validation suite at a reduced size (core.validation; the full size is
+``bench/validation.py``, with its table in BENCHMARKS.md).
+
+The promise checked for every sampler on every case: it is right, or it says that it
+may not be. On the hard cases (Neal's funnel, the centred eight schools, a
+well-separated mixture) it must warn whatever it drew: a confident clean exit there is
+the failure. On the cases with known answers it must be right (every mean within 4 MCSE
+and every sd within 10 % of the truth, or the quantiles within 4 standard errors) or
+warn. The budget is small on purpose (4 chains x 1000 + 1000 iterations): short runs
+are where a sampler is most often wrong, so this is where its warnings must work. The
+seed is fixed and was not chosen to pass.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from kameleon.core import SAMPLERS
+from kameleon.core.validation import cases, run_case
+
+CASES = {case.name: case for case in cases()}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", sorted(CASES))
+@pytest.mark.parametrize("algorithm", sorted(SAMPLERS))
+def test_right_or_says_so(algorithm: str, target: str) -> None:
+    case = CASES[target]
+    result = run_case(case, algorithm, chains=4, warmup=1000, iterations=1000, seed=3)
+    if case.hard:
+        assert result.says_so, result
+    else:
+        assert result.right or result.says_so, result

@@ -1,3 +1,3 @@
-from service.cli import main
+from kameleon.service.cli import main
 
 raise SystemExit(main())

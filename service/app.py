@@ -8,15 +8,14 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI
-from fastapi.routing import APIRoute
 
-from service import __version__, errors
-from service.config import Settings
-from service.fastpath import FastPath
-from service.limits import BodySizeLimit
-from service.routes import draws, health, sampling, sessions
-from service.sessions import SessionService
-from service.store.base import Store
+from kameleon.core.linalg import single_threaded_blas
+from kameleon.service import __version__, errors
+from kameleon.service.config import Settings
+from kameleon.service.limits import BodySizeLimit
+from kameleon.service.routes import draws, health, operation_id, sampling, sessions
+from kameleon.service.sessions import SessionService
+from kameleon.service.store.base import Store
 
 __all__ = ["build_store", "create_app"]
 
@@ -30,20 +29,16 @@ the values back. See PROTOCOL.md for the contract.
 def build_store(settings: Settings) -> Store:
     """The store that ``settings`` names."""
     if settings.store == "redis":
-        from service.store.redis_store import RedisStore
+        from kameleon.service.store.redis_store import RedisStore
 
         return RedisStore.from_url(
             settings.redis_url,
             prefix=settings.redis_prefix,
             ttl_seconds=settings.session_ttl_seconds,
         )
-    from service.store.memory_store import MemoryStore
+    from kameleon.service.store.memory_store import MemoryStore
 
     return MemoryStore()
-
-
-def _operation_id(route: APIRoute) -> str:
-    return route.name
 
 
 def create_app(settings: Settings | None = None, store: Store | None = None) -> FastAPI:
@@ -59,6 +54,9 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
     """
     settings = settings or Settings()
     logging.getLogger("kameleon").setLevel(settings.log_level.upper())
+    # One BLAS thread for the whole process: the same seed and told values give the same
+    # draws as in process and in every other service process (core.linalg).
+    single_threaded_blas()
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -76,7 +74,7 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
         version=__version__,
         description=DESCRIPTION,
         lifespan=lifespan,
-        generate_unique_id_function=_operation_id,
+        generate_unique_id_function=operation_id,
         openapi_url="/v1/openapi.json",
         docs_url="/v1/docs",
         redoc_url=None,
@@ -84,11 +82,13 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
     )
     app.state.settings = settings
     errors.install(app)
+    # The hot routes first, on the app's own router: matched before any other, with no
+    # included-router layers between them and the request.
+    app.router.routes[:0] = sampling.hot.routes
     app.include_router(health.router, prefix="/v1")
     app.include_router(sessions.router, prefix="/v1")
     app.include_router(sampling.router, prefix="/v1")
     app.include_router(draws.router, prefix="/v1")
-    app.add_middleware(FastPath)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     _problem_json_errors(app)
     return app

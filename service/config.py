@@ -3,17 +3,49 @@
 from __future__ import annotations
 
 import hashlib
+from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-__all__ = ["Settings", "hash_api_key"]
+__all__ = ["Settings", "hash_api_key", "is_api_key_hash"]
+
+_HEX = frozenset("0123456789abcdef")
 
 
 def hash_api_key(key: str) -> str:
     """The SHA-256 hex digest under which an API key is stored and compared."""
     return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+def is_api_key_hash(text: str) -> bool:
+    """Whether ``text`` is a lowercase SHA-256 hex digest, as :func:`hash_api_key` gives."""
+    return len(text) == 64 and all(c in _HEX for c in text)
+
+
+def _read_key_hashes(path: Path) -> list[str]:
+    """The hashes in a key file: one a line; blank lines and ``#`` comments are skipped."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise ValueError(f"cannot read {path}: {reason}") from None
+    hashes = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        entry = line.strip()
+        if not entry or entry.startswith("#"):
+            continue
+        # Never echo the line: it may be a key written where its hash belongs.
+        if not is_api_key_hash(entry):
+            raise ValueError(
+                f"{path}, line {number}: not a SHA-256 hex digest "
+                "(64 lowercase hex digits; `kameleon hash-key` prints one)"
+            )
+        hashes.append(entry)
+    if not hashes:
+        raise ValueError(f"{path} holds no key hash")
+    return hashes
 
 
 class Settings(BaseSettings):
@@ -36,7 +68,18 @@ class Settings(BaseSettings):
     )
     api_key_hashes: list[str] = Field(
         default_factory=list,
-        description="SHA-256 hex digests of accepted API keys; empty: no keys required.",
+        description="SHA-256 hex digests of accepted API keys (a JSON list); empty: no keys "
+        "required.",
+    )
+    api_key_hashes_file: Path | None = Field(
+        None,
+        description="A file of more accepted key hashes, one a line (blank lines and `#` "
+        "comments skipped); read at start-up and added to api_key_hashes.",
+    )
+    allow_unauthenticated: bool = Field(
+        False,
+        description="Serve on a non-loopback address with no API keys (`kameleon serve` "
+        "refuses to otherwise).",
     )
     max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024)
     max_dim: int = Field(10_000, ge=1)
@@ -51,7 +94,22 @@ class Settings(BaseSettings):
     @field_validator("api_key_hashes")
     @classmethod
     def _hex_digests(cls, value: list[str]) -> list[str]:
-        for digest in value:
-            if len(digest) != 64 or any(c not in "0123456789abcdef" for c in digest):
-                raise ValueError("api_key_hashes must be lowercase SHA-256 hex digests")
+        for number, digest in enumerate(value, start=1):
+            if not is_api_key_hash(digest):
+                raise ValueError(
+                    f"entry {number} is not a SHA-256 hex digest "
+                    "(64 lowercase hex digits; `kameleon hash-key` prints one)"
+                )
+        return value
+
+    @field_validator("api_key_hashes_file")
+    @classmethod
+    def _hashes_from_file(cls, value: Path | None, info: ValidationInfo) -> Path | None:
+        # Fields are validated in the order they are declared: api_key_hashes is in
+        # info.data by now (unless it was itself invalid, which is reported too).
+        if value is not None:
+            from_file = _read_key_hashes(value)
+            hashes = info.data.get("api_key_hashes")
+            if isinstance(hashes, list):
+                hashes.extend(h for h in dict.fromkeys(from_file) if h not in hashes)
         return value

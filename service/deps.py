@@ -10,17 +10,28 @@ import hmac
 from typing import Annotated
 
 from fastapi import Depends, Request
-from fastapi.security import APIKeyHeader
+from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 
-from service import errors
-from service.config import Settings, hash_api_key
-from service.sessions import SessionService
+from kameleon.service import errors
+from kameleon.service.config import Settings, hash_api_key
+from kameleon.service.sessions import SessionService
 
-__all__ = ["API_KEY_HEADER", "OwnerDep", "SessionsDep", "SettingsDep", "owner_of"]
+__all__ = [
+    "API_KEY_HEADER",
+    "OwnerDep",
+    "SessionsDep",
+    "SettingsDep",
+    "bearer_token",
+    "owner_of",
+]
 
 API_KEY_HEADER = "X-API-Key"
 _api_key = APIKeyHeader(
     name=API_KEY_HEADER, auto_error=False, description="Required when keys are configured."
+)
+_bearer = HTTPBearer(
+    auto_error=False,
+    description="The same API key as `Authorization: Bearer <key>`, instead of X-API-Key.",
 )
 
 
@@ -37,9 +48,21 @@ async def get_settings(request: Request) -> Settings:
 async def get_owner(
     settings: Annotated[Settings, Depends(get_settings)],
     api_key: Annotated[str | None, Depends(_api_key)],
+    bearer: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> str:
-    """The caller's identity (see :func:`owner_of`)."""
-    return owner_of(settings, api_key)
+    """The caller's identity (see :func:`owner_of`): the key from ``X-API-Key``, or else
+    from ``Authorization: Bearer``."""
+    return owner_of(settings, api_key or (bearer.credentials if bearer else None))
+
+
+def bearer_token(authorization: str | None) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header value, else ``None``."""
+    if not authorization:
+        return None
+    scheme, _, token = authorization.strip().partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return None
+    return token.strip()
 
 
 def owner_of(settings: Settings, api_key: str | None) -> str:
@@ -51,7 +74,9 @@ def owner_of(settings: Settings, api_key: str | None) -> str:
     if not settings.api_key_hashes:
         return ""
     if not api_key:
-        raise errors.Unauthorized("send your API key in the X-API-Key header")
+        raise errors.Unauthorized(
+            "send your API key in the X-API-Key header (or as Authorization: Bearer)"
+        )
     digest = hash_api_key(api_key)
     if not any(hmac.compare_digest(digest, known) for known in settings.api_key_hashes):
         raise errors.Forbidden("this API key is not accepted")

@@ -1,8 +1,10 @@
-"""Errors as RFC 9457 problem details, from one place.
+"""Errors as RFC 9457 problem details, from one place: the HTTP edge.
 
-Service code raises a :class:`Problem` subclass; :func:`install` registers the handlers
-that turn those, request-validation errors, malformed JSON, unknown routes and store
-outages into ``application/problem+json`` responses. Nothing else builds an error body.
+The use cases raise their own errors (``sessions.errors``), the store its own
+(``store.base``), the routes a :class:`Problem` subclass; :func:`error_response` is the
+one mapper that turns those, request-validation errors, malformed JSON, unknown routes and
+bodies over the limit into ``application/problem+json`` responses, and :func:`install`
+makes it the app's handler of every exception. Nothing else builds an error body.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
-from service.store.base import SessionNotFound, StoreUnavailable
+from kameleon.service.sessions import errors as domain
+from kameleon.service.store.base import SessionNotFound, StoreUnavailable
 
 __all__ = [
     "BadRequest",
@@ -123,43 +126,50 @@ def validation_response(errors_: Sequence[Any]) -> Response:
 
 
 def install(app: FastAPI) -> None:
-    """Register every error handler on ``app``."""
-
-    async def on_problem(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, Problem)
-        return _from_problem(exc)
-
-    async def on_validation(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, RequestValidationError)
-        return validation_response(exc.errors())
-
-    async def on_http(request: Request, exc: Exception) -> Response:
-        assert isinstance(exc, StarletteHTTPException)
-        kinds = {404: "not-found", 405: "method-not-allowed", 413: "payload-too-large"}
-        return problem_response(
-            exc.status_code,
-            kinds.get(exc.status_code, "http-error"),
-            str(exc.detail) if exc.status_code != 404 else "Not found",
-            str(exc.detail),
-        )
+    """Answer every exception with :func:`error_response` (the one error mapper)."""
 
     async def on_error(request: Request, exc: Exception) -> Response:
         return error_response(exc, f"{request.method} {request.url.path}")
 
-    app.add_exception_handler(Problem, on_problem)
-    app.add_exception_handler(RequestValidationError, on_validation)
-    app.add_exception_handler(StarletteHTTPException, on_http)
-    app.add_exception_handler(SessionNotFound, on_error)
-    app.add_exception_handler(StoreUnavailable, on_error)
-    app.add_exception_handler(Exception, on_error)
+    for kind in (
+        Problem,
+        domain.ServiceError,
+        RequestValidationError,
+        StarletteHTTPException,
+        SessionNotFound,
+        StoreUnavailable,
+        Exception,
+    ):
+        app.add_exception_handler(kind, on_error)
+
+
+_DOMAIN: dict[type[domain.ServiceError], type[Problem]] = {
+    domain.NotFound: NotFound,
+    domain.Invalid: Unprocessable,
+    domain.Conflict: Conflict,
+    domain.Busy: ServiceUnavailable,
+}
+_HTTP_KINDS = {404: "not-found", 405: "method-not-allowed", 413: "payload-too-large"}
+_HTTP_TITLES = {404: "Not found", 413: PayloadTooLarge.title}
 
 
 def error_response(exc: Exception, where: str) -> Response:
     """The answer to an exception raised while handling a request."""
     if isinstance(exc, Problem):
         return _from_problem(exc)
-    if isinstance(exc, ValidationError):
+    if isinstance(exc, domain.ServiceError):
+        kind = _DOMAIN[type(exc)]
+        return problem_response(kind.status, kind.type, kind.title, exc.detail, **exc.extra)
+    if isinstance(exc, RequestValidationError | ValidationError):
         return validation_response(exc.errors())
+    if isinstance(exc, StarletteHTTPException):
+        code = exc.status_code
+        return problem_response(
+            code,
+            _HTTP_KINDS.get(code, "http-error"),
+            _HTTP_TITLES.get(code, str(exc.detail)),
+            str(exc.detail),
+        )
     if isinstance(exc, SessionNotFound):
         return problem_response(404, NotFound.type, NotFound.title, "no such session")
     if isinstance(exc, StoreUnavailable):

@@ -1,28 +1,29 @@
-"""A bound on request bodies, as plain ASGI middleware (cheap on the hot path)."""
+"""A bound on request bodies, as plain ASGI middleware (cheap on the hot path).
+
+The body is not buffered here: the app reads it once, through a ``receive`` that counts
+the bytes and raises :class:`BodyTooLarge` as soon as they pass the limit, which the
+error handlers answer with 413. A declared ``Content-Length`` over the limit is answered
+before the app runs.
+"""
 
 from __future__ import annotations
 
+from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.errors import problem_response
+from kameleon.service.errors import problem_response
 
-__all__ = ["BodySizeLimit"]
+__all__ = ["BodySizeLimit", "BodyTooLarge"]
 
 
-def _replay(bodies: list[bytes], last: Message | None, receive: Receive) -> Receive:
-    """A ``receive`` that yields the buffered body once, then defers to the real one."""
-    pending: list[Message] = [
-        {"type": "http.request", "body": b, "more_body": False} for b in bodies
-    ]
-    if last is not None:
-        pending.append(last)
+class BodyTooLarge(HTTPException):
+    """The body read so far is over the limit.
 
-    async def replay() -> Message:
-        if pending:
-            return pending.pop(0)
-        return await receive()
+    An ``HTTPException``, so that the framework's body parsing passes it on unchanged
+    (it turns other exceptions raised while reading into 400)."""
 
-    return replay
+    def __init__(self, max_bytes: int) -> None:
+        super().__init__(413, f"the body is over the limit of {max_bytes} bytes")
 
 
 class BodySizeLimit:
@@ -43,33 +44,23 @@ class BodySizeLimit:
                 except ValueError:
                     declared = -1
                 if declared > self.max_bytes:
-                    await self._reject(scope, receive, send)
+                    await problem_response(
+                        413,
+                        "payload-too-large",
+                        "Request body too large",
+                        BodyTooLarge(self.max_bytes).detail,
+                    )(scope, receive, send)
                     return
-        # Read the whole (bounded) body first, then replay it: a request over the limit
-        # never reaches the app, whatever its framing.
-        chunks: list[bytes] = []
-        seen = 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                await self.app(scope, _replay([], message, receive), send)
-                return
-            chunk = message.get("body", b"")
-            seen += len(chunk)
-            if seen > self.max_bytes:
-                await self._reject(scope, receive, send)
-                return
-            chunks.append(chunk)
-            if not message.get("more_body", False):
                 break
-        body = b"".join(chunks)
-        await self.app(scope, _replay([body], None, receive), send)
+        limit, seen = self.max_bytes, 0
 
-    async def _reject(self, scope: Scope, receive: Receive, send: Send) -> None:
-        response = problem_response(
-            413,
-            "payload-too-large",
-            "Request body too large",
-            f"the body is over the limit of {self.max_bytes} bytes",
-        )
-        await response(scope, receive, send)
+        async def bounded() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > limit:
+                    raise BodyTooLarge(limit)
+            return message
+
+        await self.app(scope, bounded, send)

@@ -11,8 +11,8 @@ from typing import Any
 
 import yaml
 
-from service.app import create_app
-from service.config import Settings
+from kameleon.service.app import create_app
+from kameleon.service.config import Settings
 
 __all__ = ["document", "render"]
 

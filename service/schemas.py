@@ -21,7 +21,9 @@ from pydantic import (
     StringConstraints,
 )
 
-from core import SAMPLERS
+from kameleon.core import DEFAULT_ALGORITHM, SAMPLERS
+from kameleon.core.checks import CODES
+from kameleon.core.initial import DEFAULT_MAX_ATTEMPTS, DEFAULT_RADIUS
 
 __all__ = [
     "ALGORITHMS",
@@ -40,10 +42,12 @@ __all__ = [
     "SessionSummary",
     "StepRequest",
     "StepResponse",
+    "StopRuleIn",
     "TellOutcome",
     "TellRequest",
     "TellResponse",
     "TellResult",
+    "WarningOut",
 ]
 
 ALGORITHMS = tuple(SAMPLERS)
@@ -51,6 +55,8 @@ Finite = Annotated[float, Strict(), AllowInfNan(False)]
 Count = Annotated[int, Strict()]
 #: Largest count a JSON number represents exactly, whatever the client's language.
 MAX_COUNT = 2**53
+#: Most starting points a session may draw per chain.
+MAX_INITIAL_ATTEMPTS = 10_000
 
 
 def _utf8(value: str) -> str:
@@ -99,15 +105,62 @@ class _Request(BaseModel):
 # ------------------------------------------------------------------------- sessions
 
 
+class StopRuleIn(_Request):
+    """Stop the session once every parameter has converged by these bounds.
+
+    Checked whenever the chain with the fewest post-warm-up draws reaches a multiple of
+    `check_every` of them, on the post-warm-up draws of every chain (cut to a common
+    length); a check reads every post-warm-up draw, so it costs more as they grow. Met:
+    the session is done (`stopped_by: "rule"`), and ask and step hand out no more
+    proposals. Results for proposals handed out before are still applied and recorded,
+    so those chains may end a draw longer than the others.
+    """
+
+    rhat: Finite = Field(
+        1.01, gt=1.0, description="Every parameter's rank-normalised split R-hat below this."
+    )
+    ess: Finite = Field(
+        400.0, gt=0, description="Every parameter's bulk and tail ESS, over all chains, above this."
+    )
+    check_every: Count = Field(
+        1000,
+        ge=100,
+        le=MAX_COUNT,
+        description="Post-warm-up draws per chain between two checks.",
+    )
+
+
 class SessionCreate(_Request):
     algorithm: Literal[ALGORITHMS] = Field(  # type: ignore[valid-type]
-        description="Sampling algorithm."
+        DEFAULT_ALGORITHM,
+        description=(
+            "Sampling algorithm (default `am`, Adaptive Metropolis: right on the most "
+            "targets of the validation suite). The kernel samplers `kameleon`, "
+            "`kmc-lite` and `kmc-finite` learn a target's nonlinear shape and need a "
+            "longer warm-up (a few thousand iterations): see the README."
+        ),
     )
     dim: Count = Field(ge=1, le=MAX_COUNT, description="Dimension of the target.")
     chains: Count = Field(1, ge=1, le=MAX_COUNT, description="Independent chains.")
     initial: list[list[Finite]] | None = Field(
         None,
-        description="Initial points: one row per chain, or one row for all. Default: the origin.",
+        description="Initial points: one row per chain, or one row for all. Used exactly "
+        "unless initial_radius is given. Default: each chain starts at its own point drawn "
+        f"uniformly from (-{DEFAULT_RADIUS:g}, {DEFAULT_RADIUS:g}) per coordinate.",
+    )
+    initial_radius: Finite | None = Field(
+        None,
+        gt=0,
+        description="Draw each chain's starting point uniformly from initial ± "
+        "initial_radius per coordinate (from ± initial_radius without initial). Default: "
+        f"{DEFAULT_RADIUS:g} without initial; with initial, none (initial used exactly).",
+    )
+    max_initial_attempts: Count = Field(
+        DEFAULT_MAX_ATTEMPTS,
+        ge=1,
+        le=MAX_INITIAL_ATTEMPTS,
+        description="A drawn starting point told outside the support is replaced by a new "
+        "draw, up to this many points per chain; then the chain needs_initial_point.",
     )
     seed: Count | None = Field(
         None, ge=0, le=2**63 - 1, description="Same seed and same told values give the same draws."
@@ -130,19 +183,74 @@ class SessionCreate(_Request):
     options: dict[str, Any] = Field(
         default_factory=dict, description="Algorithm options; each has a documented default."
     )
+    stop: StopRuleIn | None = Field(
+        None,
+        description="Stopping rule: the session is done when it is met or when every chain "
+        "has reached max_iterations, whichever comes first.",
+    )
 
 
 ChainStatus = Literal["initial", "needs_initial_point", "warmup", "sampling", "done"]
-SessionStatus = Literal["warmup", "sampling", "done"]
+SessionStatus = Literal["warmup", "sampling", "needs_initial_point", "done"]
+_SESSION_STATUS = (
+    "done: every chain reached max_iterations, or the session's stopping rule was met; "
+    "needs_initial_point: some chain's initial point is outside the support and it waits "
+    "for POST .../chains/{chain}/reset (it will never finish without one); otherwise "
+    "warmup while any chain is in warm-up, then sampling."
+)
+WarningCode = Literal[CODES]  # type: ignore[valid-type]
+
+
+class WarningOut(BaseModel):
+    """A convergence problem, computed on the post-warm-up draws (chains cut to a common
+    length) and each chain's post-warm-up acceptance rate. Codes:
+
+    - `too_few_draws`: fewer than 4 post-warm-up draws per chain, R-hat and ESS
+      undefined; nothing else is judged. `value`: draws per chain.
+    - `nonfinite`: a parameter has NaN or infinite draws. `value`: how many.
+    - `rhat`: a parameter's rank-normalised split R-hat is over 1.01: the chains do
+      not agree yet. `value` null: chains stuck at different points.
+    - `ess_bulk`, `ess_tail`: a parameter's bulk or tail ESS is under 100 per chain
+      (`threshold`: 100 times the chains).
+    - `acceptance_low`, `acceptance_high`: a chain accepted under 5% or over 95% of its
+      proposals after warm-up.
+    - `stuck`: a chain's longest run of identical consecutive draws is longer than
+      `threshold`, the run a chain accepting 5% of its proposals exceeds with
+      probability under 1% (225 for 1000 draws, 315 for 100 000). `value`: the run.
+    - `chain_mean`: a chain's mean of `parameter` (rank-normalised) lies more than 5
+      Monte Carlo standard errors from the other chains' (`value`, signed); judged
+      only where the bulk ESS does not warn, one per chain for its worst parameter.
+    """
+
+    code: WarningCode = Field(description="Stable code of the problem; see above.")
+    parameter: str | None = Field(description="The parameter concerned, or null.")
+    chain: int | None = Field(description="The chain concerned, or null.")
+    value: float | None = Field(description="The number measured; null when infinite.")
+    threshold: float = Field(description="The bound it crossed.")
+    message: str = Field(description="The same, for a person.")
+
+
+class StopRuleOut(BaseModel):
+    rhat: float
+    ess: float
+    check_every: int
 
 
 class ChainSummary(BaseModel):
     chain: int
-    status: ChainStatus
+    status: ChainStatus = Field(
+        description="initial: its initial point is to be evaluated; needs_initial_point: "
+        "that point is outside the support and was not replaced by a draw (a given point, "
+        "or max_initial_attempts drawn ones): the chain waits for a reset; warmup, "
+        "sampling, done: its iterations against warmup and max_iterations."
+    )
     iterations: int = Field(description="Transitions done (draws recorded).")
     evaluations: int = Field(description="Log densities told and applied.")
     acceptance_rate: float | None
-    resets: int = Field(description="New initial points given to this chain.")
+    resets: int = Field(
+        description="New initial points given to this chain: by a reset, or drawn in place "
+        "of one outside the support."
+    )
 
 
 class SessionSummary(BaseModel):
@@ -156,12 +264,31 @@ class SessionSummary(BaseModel):
     max_iterations: int | None
     param_names: list[str]
     options: dict[str, Any] = Field(description="Options as resolved, defaults included.")
+    initial_radius: float | None = Field(
+        description="Half-width of the box starting points are drawn from; null: the "
+        "given initial points are used exactly."
+    )
+    max_initial_attempts: int
     created_at: datetime
-    status: SessionStatus
+    status: SessionStatus = Field(description=_SESSION_STATUS)
     iterations: int
     evaluations: int
     acceptance_rate: float | None
     chain_summaries: list[ChainSummary]
+    stop: StopRuleOut | None = Field(description="The stopping rule, or null.")
+    stopped_by: Literal["rule", "max_iterations"] | None = Field(
+        description="Why the session is done: its stopping rule was met, or every chain "
+        "reached max_iterations; null while it is not done."
+    )
+    warnings: list[WarningOut] | None = Field(
+        description="The warnings of the latest diagnostics (computed by GET .../diagnostics "
+        "or by a check of the stopping rule; a summary never computes them), or null "
+        "before any. They may be older than the draws: see warnings_draws."
+    )
+    warnings_draws: int | None = Field(
+        description="Post-warm-up draws per chain (the chains cut to a common length) "
+        "that the warnings were computed on; null before any."
+    )
 
 
 class SessionList(BaseModel):
@@ -190,7 +317,7 @@ class ProposalOut(BaseModel):
 
 class AskResponse(BaseModel):
     proposals: list[ProposalOut]
-    status: SessionStatus
+    status: SessionStatus = Field(description=_SESSION_STATUS)
     done: bool
 
 
@@ -211,7 +338,13 @@ Outcome = Literal["initialized", "outside_support", "accepted", "rejected", "dup
 
 class TellOutcome(BaseModel):
     id: str
-    outcome: Outcome
+    chain: int
+    outcome: Outcome = Field(
+        description="initialized or outside_support (an initial point: outside_support "
+        "either brings a new drawn initial point to the next ask, or leaves the chain "
+        "needs_initial_point); accepted or rejected (a proposal); duplicate (applied "
+        "before with this value: nothing changed)."
+    )
 
 
 class TellResponse(BaseModel):
@@ -232,7 +365,7 @@ class StepRequest(_Request):
 class StepResponse(BaseModel):
     results: list[TellOutcome]
     proposals: list[ProposalOut]
-    status: SessionStatus
+    status: SessionStatus = Field(description=_SESSION_STATUS)
     done: bool
 
 
@@ -275,8 +408,14 @@ class ChainDiagnostics(BaseModel):
 
 
 class Diagnostics(BaseModel):
+    draws: int = Field(
+        description="Post-warm-up draws per chain used: the chains cut to a common length."
+    )
     parameters: list[ParameterDiagnostics]
     chains: list[ChainDiagnostics]
+    warnings: list[WarningOut] = Field(
+        description="Convergence problems found; empty when there is none."
+    )
 
 
 class Health(BaseModel):

@@ -7,8 +7,8 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator, Mapping
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import httpx
@@ -25,30 +25,48 @@ def free_port() -> int:
 
 
 @contextmanager
-def serving(argv: list[str], env: dict[str, str], port: int) -> Iterator[str]:
-    """Run ``argv`` until its ``/v1/health`` answers; yield the base URL; stop it."""
-    proc = subprocess.Popen(
-        argv, env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            if proc.poll() is not None:
-                out = proc.stdout.read().decode() if proc.stdout else ""
-                raise AssertionError(f"{argv} exited with {proc.returncode}:\n{out}")
-            try:
-                if httpx.get(url + "/v1/health", timeout=1).status_code in (200, 503):
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{argv} did not answer health")
-            time.sleep(0.1)
-        yield url
-    finally:
-        proc.terminate()
+def serving(
+    argv: list[str],
+    env: Mapping[str, str],
+    port: int,
+    *,
+    log: Path | None = None,
+    inherit_environment: bool = True,
+) -> Iterator[str]:
+    """Run ``argv`` until its ``/v1/health`` answers; yield the base URL; stop it.
+
+    ``env`` is added to this process's environment (or replaces it, without
+    ``inherit_environment``); the output goes to ``log`` when given.
+    """
+    environment = {**os.environ, **env} if inherit_environment else dict(env)
+    with ExitStack() as stack:
+        out = stack.enter_context(log.open("w")) if log is not None else subprocess.PIPE
+        proc = subprocess.Popen(argv, env=environment, stdout=out, stderr=subprocess.STDOUT)
+
+        def output() -> str:
+            if log is not None:
+                return log.read_text()
+            return proc.stdout.read().decode() if proc.stdout else ""
+
+        url = f"http://127.0.0.1:{port}"
         try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+            deadline = time.monotonic() + 30
+            while True:
+                if proc.poll() is not None:
+                    raise AssertionError(f"{argv} exited with {proc.returncode}:\n{output()}")
+                try:
+                    if httpx.get(url + "/v1/health", timeout=1).status_code in (200, 503):
+                        break
+                except httpx.HTTPError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"{argv} did not answer health")
+                time.sleep(0.1)
+            yield url
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()

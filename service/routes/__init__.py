@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from service.schemas import ProblemDetail
+from fastapi.routing import APIRoute
+
+from kameleon.service.schemas import ProblemDetail
 
 _MEANING = {
     400: "Malformed JSON.",
@@ -28,3 +30,8 @@ def problems(*codes: int) -> dict[int | str, dict[str, Any]]:
         }
         for code in sorted({*codes, 401, 403, 413, 503})
     }
+
+
+def operation_id(route: APIRoute) -> str:
+    """A route's OpenAPI ``operationId``: its name."""
+    return route.name

@@ -11,12 +11,12 @@ from fastapi import APIRouter, Query, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
-from service import errors
-from service.deps import OwnerDep, SessionsDep, SettingsDep
-from service.jsonio import JSON
-from service.routes import problems
-from service.schemas import Diagnostics, DrawsPage
-from service.sessions import ROW_HEADER, ChainSlice, DrawsQuery, read_slices
+from kameleon.service import errors
+from kameleon.service.deps import OwnerDep, SessionsDep, SettingsDep
+from kameleon.service.jsonio import JSON
+from kameleon.service.routes import problems
+from kameleon.service.schemas import Diagnostics, DrawsPage
+from kameleon.service.sessions.draws import ChainSlice, DrawsQuery, RowLayout
 
 router = APIRouter(prefix="/sessions/{session_id}", tags=["draws"])
 
@@ -44,8 +44,8 @@ def _json(names: list[str], slices: list[ChainSlice], thin: int, next_url: str |
                 "chain": s.chain,
                 "start": s.start,
                 "iterations": iterations,
-                "draws": np.ascontiguousarray(s.rows[:, ROW_HEADER:]),
-                "log_density": np.ascontiguousarray(s.rows[:, 1]),
+                "draws": np.ascontiguousarray(RowLayout.positions(s.rows)),
+                "log_density": np.ascontiguousarray(s.rows[:, RowLayout.LOG_DENSITY]),
             }
         )
     return JSON({"param_names": names, "chains": chains, "next": next_url})
@@ -57,15 +57,21 @@ def _csv(names: list[str], slices: list[ChainSlice], thin: int, warmup: int) -> 
     for s in slices:
         for k, row in enumerate(s.rows):
             iteration = s.first_iteration + k * thin
-            values = ",".join(repr(float(v)) for v in row[ROW_HEADER:])
+            values = ",".join(repr(float(v)) for v in row[RowLayout.POSITION :])
+            log_density = float(row[RowLayout.LOG_DENSITY])
             out.write(
-                f"{s.chain},{iteration},{int(iteration <= warmup)},{float(row[1])!r},{values}\n"
+                f"{s.chain},{iteration},{int(iteration <= warmup)},{log_density!r},{values}\n"
             )
     return out.getvalue()
 
 
 def _csv_names(names: list[str]) -> list[str]:
+    """Header cells: a name a spreadsheet would read as a formula (leading ``=``, ``+``,
+    ``-``, ``@``, tab or carriage return) gets a leading ``'``, then RFC 4180 quoting."""
+
     def quote(name: str) -> str:
+        if name[:1] in ("=", "+", "-", "@", "\t", "\r"):
+            name = "'" + name
         if any(c in name for c in ',"\n\r'):
             return '"' + name.replace('"', '""') + '"'
         return name
@@ -76,7 +82,7 @@ def _csv_names(names: list[str]) -> list[str]:
 def _npy(slices: list[ChainSlice], dim: int) -> bytes:
     common = min((len(s.rows) for s in slices), default=0)
     array = (
-        np.stack([s.rows[:common, ROW_HEADER:] for s in slices])
+        np.stack([RowLayout.positions(s.rows[:common]) for s in slices])
         if slices
         else np.empty((0, 0, dim))
     )
@@ -124,7 +130,7 @@ async def get_draws(
         raise errors.Unprocessable("stop must not be less than start", field="stop")
     page_rows = max(1, settings.draws_page_size // (1 if chain is not None else meta.chains))
     query = DrawsQuery(chain, start, stop, thin, include_warmup)
-    slices, next_start = await read_slices(sessions, meta, query, page_rows)
+    slices, next_start = await sessions.draws(meta, query, page_rows)
     next_url = _next_url(request, next_start)
     names = list(meta.param_names)
     if format == "json":
@@ -142,6 +148,9 @@ async def get_draws(
 async def get_diagnostics(session_id: str, sessions: SessionsDep, owner: OwnerDep) -> JSON:
     """Per parameter: mean, sd, MCSE of the mean, bulk and tail ESS and rank-normalised
     split R-hat (Vehtari et al. 2021) over the post-warm-up draws, the chains cut to a
-    common length; per chain: iterations and post-warm-up acceptance rate. Undefined
-    values (too few draws, constant chains) are null."""
-    return JSON(await sessions.diagnostics(session_id, owner))
+    common length; per chain: iterations and post-warm-up acceptance rate; and the
+    convergence warnings (see WarningOut for their codes). Undefined values (too few
+    draws, constant chains) are null. Computed when the draws have changed since the
+    last time, else answered from the store; the session summary shows the latest
+    warnings."""
+    return JSON(await sessions.diagnostics_of(session_id, owner))

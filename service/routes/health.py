@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from service import __version__
-from service.deps import SessionsDep
-from service.jsonio import JSON
-from service.schemas import Health
+from kameleon.service import __version__
+from kameleon.service.deps import SessionsDep
+from kameleon.service.jsonio import JSON
+from kameleon.service.schemas import Health
 
 router = APIRouter(tags=["health"])
 

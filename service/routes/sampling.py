@@ -1,4 +1,8 @@
-"""The ask/tell loop: ask, tell, step, and a new initial point for a chain."""
+"""The ask/tell loop: ask, tell, step, and a new initial point for a chain.
+
+``ask``, ``tell`` and ``step`` are hot routes (:mod:`kameleon.service.routes.hot`): declared
+like any route, handled without FastAPI's per-request work.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +10,11 @@ from typing import Annotated
 
 from fastapi import APIRouter, Body, Path
 
-from service.deps import OwnerDep, SessionsDep
-from service.jsonio import JSON
-from service.routes import problems
-from service.schemas import (
+from kameleon.service.deps import OwnerDep, SessionsDep
+from kameleon.service.jsonio import JSON
+from kameleon.service.routes import operation_id, problems
+from kameleon.service.routes.hot import HotRoute
+from kameleon.service.schemas import (
     AskRequest,
     AskResponse,
     ChainSummary,
@@ -21,9 +26,17 @@ from service.schemas import (
 )
 
 router = APIRouter(prefix="/sessions/{session_id}", tags=["sampling"])
+#: The hot routes, with their full paths: the app puts them first on its own router
+#: (an included router's routes cost a walk through its layers on every request).
+hot = APIRouter(
+    prefix="/v1/sessions/{session_id}",
+    tags=["sampling"],
+    route_class=HotRoute,
+    generate_unique_id_function=operation_id,
+)
 
 
-@router.post("/ask", name="ask", response_model=AskResponse, responses=problems(400, 404, 422))
+@hot.post("/ask", name="ask", response_model=AskResponse, responses=problems(400, 404, 422))
 async def ask(
     session_id: str,
     sessions: SessionsDep,
@@ -32,23 +45,21 @@ async def ask(
 ) -> JSON:
     """Up to ``max`` proposals from chains that have no live lease, each leased for
     ``lease_seconds``. A proposal whose lease ran out is handed out again: same id, same
-    point."""
+    point. A session that is done (every chain at ``max_iterations``, or its stopping
+    rule met) hands out none and answers ``done: true``."""
     return JSON(await sessions.ask(session_id, owner, body.max, body.lease_seconds))
 
 
-@router.post(
-    "/tell", name="tell", response_model=TellResponse, responses=problems(400, 404, 409, 422)
-)
+@hot.post("/tell", name="tell", response_model=TellResponse, responses=problems(400, 404, 409, 422))
 async def tell(session_id: str, body: TellRequest, sessions: SessionsDep, owner: OwnerDep) -> JSON:
-    """Results for proposals, each applied exactly once. A retried result with the same
-    value answers ``duplicate``; a different value for an applied id is 409. One invalid
-    result fails the whole request with 422 before anything is applied."""
+    """Results for proposals, each applied exactly once; the answers come in request
+    order, each naming its id and chain. A retried result with the same value answers
+    ``duplicate``; a different value for an applied id is 409. One invalid result fails
+    the whole request with 422 before anything is applied."""
     return JSON(await sessions.tell(session_id, owner, body.results))
 
 
-@router.post(
-    "/step", name="step", response_model=StepResponse, responses=problems(400, 404, 409, 422)
-)
+@hot.post("/step", name="step", response_model=StepResponse, responses=problems(400, 404, 409, 422))
 async def step(session_id: str, body: StepRequest, sessions: SessionsDep, owner: OwnerDep) -> JSON:
     """Tell, then ask, in one round trip: the fast path of the loop."""
     return JSON(await sessions.step(session_id, owner, body.results, body.max, body.lease_seconds))
@@ -68,5 +79,7 @@ async def reset_chain(
     owner: OwnerDep,
 ) -> JSON:
     """Give a chain whose initial point is still to be evaluated, or was outside the
-    support, a new initial point. Its previous initial proposal becomes obsolete (409)."""
+    support (status ``needs_initial_point``), a new initial point. The ids of its earlier
+    initial points become obsolete (409). A point given here is used exactly: if it is
+    outside the support too, the chain waits for another reset."""
     return JSON(await sessions.reset_chain(session_id, owner, chain, body.initial))

@@ -7,10 +7,10 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 from starlette.responses import Response
 
-from service.deps import OwnerDep, SessionsDep
-from service.jsonio import JSON
-from service.routes import problems
-from service.schemas import SessionCreate, SessionList, SessionSummary
+from kameleon.service.deps import OwnerDep, SessionsDep
+from kameleon.service.jsonio import JSON
+from kameleon.service.routes import problems
+from kameleon.service.schemas import SessionCreate, SessionList, SessionSummary
 
 router = APIRouter(prefix="/sessions", tags=["sessions"])
 
@@ -23,7 +23,13 @@ router = APIRouter(prefix="/sessions", tags=["sessions"])
     responses=problems(400, 422),
 )
 async def create_session(body: SessionCreate, sessions: SessionsDep, owner: OwnerDep) -> JSON:
-    """Create a session. Every chain's first proposal is its initial point."""
+    """Create a session. Every chain's first proposal is its initial point: without
+    ``initial``, a point drawn uniformly from (-2, 2) per coordinate, its own for each
+    chain; with ``initial``, that point (or one drawn from ``initial ± initial_radius``).
+    A drawn initial point told outside the support is replaced by the chain's next draw
+    (a new ``init`` proposal with a new id), up to ``max_initial_attempts`` points; a
+    given one, or the last draw, leaves the chain ``needs_initial_point`` until a reset
+    gives it a new one."""
     summary = await sessions.create(body, owner)
     return JSON(summary, status_code=201, headers={"Location": f"/v1/sessions/{summary['id']}"})
 
@@ -43,7 +49,9 @@ async def list_sessions(
     "/{session_id}", name="get_session", response_model=SessionSummary, responses=problems(404)
 )
 async def get_session(session_id: str, sessions: SessionsDep, owner: OwnerDep) -> JSON:
-    """Summary: options as resolved, status, iterations, evaluations and acceptance per chain."""
+    """Summary: options as resolved, status and why it is done (`stopped_by`),
+    iterations, evaluations and acceptance per chain, and the warnings of the latest
+    diagnostics (never computed here, so a summary stays cheap)."""
     return JSON(await sessions.summary(session_id, owner))
 
 

@@ -2,11 +2,10 @@
 
 Contract (every implementation passes ``tests/service/test_store_contract.py``):
 
-- **Unit of atomicity: one chain.** :meth:`Store.apply` applies each
-  :class:`ChainUpdate` if and only if the chain's version still equals
-  ``expected_version``; the state, the cold part, the appended draw, the lease and the
-  version bump land together or not at all. Updates of different chains never wait for
-  each other, and one stale update does not stop the others in the same call.
+- **Compare-and-set, all or nothing.** :meth:`Store.apply` applies its updates if and
+  only if every chain's version still equals its ``expected_version``: the states, cold
+  parts, appended draws, leases and version bumps land together or not at all. Writers
+  of different chains never wait for each other: only the same chain's version decides.
 - **Leases** are decided by the store's clock, so every service process agrees on them.
   A chain can be leased when it is ``active`` and its lease has run out.
 - **Values returned are never mutated by later writes** (records are frozen; bytes are
@@ -17,19 +16,24 @@ Contract (every implementation passes ``tests/service/test_store_contract.py``):
   durable as the server is configured to be).
 - Draws are fixed-size float64 rows appended one per applied transition and read in
   slices without loading a whole chain.
+- **Stopping**: once :meth:`Store.stop` has returned, no :meth:`Store.apply` leases a
+  proposal of that session any more (updates are still applied).
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 __all__ = [
     "ApplyResult",
     "ChainRecord",
     "ChainUpdate",
+    "Counts",
     "SessionNotFound",
+    "SessionNotes",
     "SessionPage",
     "Store",
     "StoreUnavailable",
@@ -83,40 +87,75 @@ class ChainRecord:
     inits: int = 0
 
 
+class Counts(NamedTuple):
+    """The session's chains still in warm-up, done, and waiting for a new initial point:
+    totals in an :class:`ApplyResult`, changes in a :class:`ChainUpdate`."""
+
+    warming: int = 0
+    finished: int = 0
+    waiting: int = 0
+
+
+NO_CHANGE = Counts()
+
+
 @dataclass(frozen=True, slots=True)
 class ChainUpdate:
-    """A compare-and-set write of one chain (see :meth:`Store.apply`)."""
+    """A compare-and-set write of one chain (see :meth:`Store.apply`).
+
+    The chain's record becomes ``state``, ``active`` and ``init_value``; ``cold``
+    replaces the cold part (and bumps ``cold_version``) unless ``None``; ``draw`` is
+    appended as one row (and bumps ``draws``) unless ``None``; ``init_told`` bumps
+    ``inits``. ``lease_seconds`` > 0 leases the chain's next proposal to the caller if
+    the chain is active (and the session not stopped), else the lease is released.
+    ``counts`` is what this write changes in the session's :class:`Counts`.
+    """
 
     chain: int
     expected_version: int
     state: bytes
     active: bool
-    cold: bytes | None = None  # new cold part, only when it changed
-    draw: bytes | None = None  # one row to append
+    cold: bytes | None = None
+    draw: bytes | None = None
     init_value: float | None = None
-    lease_seconds: float = 0.0  # > 0: lease the chain's next proposal to this caller
-    left_warmup: bool = False  # this update ends the chain's warm-up
-    finished: bool = False  # this update brings the chain to its last iteration
-    init_told: bool = False  # this update applies a told initial point
+    lease_seconds: float = 0.0
+    init_told: bool = False
+    counts: Counts = NO_CHANGE
 
 
 @dataclass(frozen=True, slots=True)
 class ApplyResult:
     """What :meth:`Store.apply` did.
 
-    ``conflicts`` maps the chain of each update that was *not* applied to the chain's
-    current record. ``leased`` holds the records of chains leased by this call (those
-    re-leased by their update, then free ones), each with its new ``lease_until``.
-    ``warming`` and ``finished`` count the session's chains still in warm-up and those
-    done, after this call.
+    ``applied``: the chains written (all those updated, or none). ``conflicts`` maps the
+    chain of each update whose expected version was stale to the chain's current record
+    (then nothing was written and nothing leased). ``leased`` holds the records of the
+    chains leased by this call (those re-leased by their update, then free ones), each
+    with its new ``lease_until``. ``now`` is the store's clock; ``counts`` the session's
+    :class:`Counts` after the call; ``stopped_by`` the reason given to :meth:`Store.stop`,
+    if the session was stopped (then nothing was leased).
     """
 
     applied: frozenset[int]
     conflicts: dict[int, ChainRecord]
     leased: list[ChainRecord]
     now: float
-    warming: int
-    finished: int
+    counts: Counts
+    stopped_by: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SessionNotes:
+    """What the service wrote about a session as a whole after creating it.
+
+    ``stopped_by`` is the reason given to :meth:`Store.stop`, or ``None``;
+    ``diagnostics`` and ``warnings`` are the documents last given to
+    :meth:`Store.save_diagnostics` (``diagnostics`` only when asked for), or ``None``.
+    """
+
+    stopped_by: str | None = None
+    warnings: bytes | None = None
+    diagnostics: bytes | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,18 +167,25 @@ class SessionPage:
 
 
 class Store(abc.ABC):
-    """Sessions, chains and draws. Implementations must be safe to share between threads
-    and between tasks of one event loop."""
+    """Sessions, chains and draws.
+
+    Implementations are safe to share between the tasks of one event loop (and, for the
+    memory store, between threads). Every method that names a session raises
+    :class:`SessionNotFound` when there is no such session, and every method may raise
+    :class:`StoreUnavailable`, after which the call changed nothing. Session ids are
+    opaque strings without braces; ``meta`` documents are opaque bytes, stored and given
+    back as they are.
+    """
 
     name: str
 
     @abc.abstractmethod
     async def ping(self) -> bool:
-        """Whether the backend answers."""
+        """Whether the backend answers. Never raises."""
 
     @abc.abstractmethod
     async def close(self) -> None:
-        """Release connections."""
+        """Release connections; the store is not used afterwards."""
 
     @abc.abstractmethod
     async def create_session(
@@ -151,28 +197,40 @@ class Store(abc.ABC):
         colds: Sequence[bytes],
         warming: int,
     ) -> None:
-        """Store a new session: its metadata document, its chains, each chain's cold
-        part, and how many chains start in warm-up."""
+        """Store a new session, at once: its metadata document, its chains (records
+        numbered 0 to n - 1, in order, with no lease, no draws, no inits), each chain's
+        cold part (``colds[k]`` for chain k), and how many chains start in warm-up. It is
+        listed for ``owner``, after the sessions created before it.
+
+        Raises :class:`ValueError` if ``session_id`` exists (and changes nothing).
+        """
 
     @abc.abstractmethod
     async def get_meta(self, session_id: str) -> bytes:
-        """The session's metadata document."""
+        """The session's metadata document, as given to :meth:`create_session`."""
 
     @abc.abstractmethod
     async def list_sessions(self, owner: str, cursor: str | None, limit: int) -> SessionPage:
-        """Metadata of ``owner``'s sessions, oldest first, ``limit`` at a time."""
+        """Up to ``limit`` (>= 1) metadata documents of ``owner``'s sessions, oldest
+        first, from ``cursor`` (``None``: the first), and the cursor of the next page.
+
+        Raises :class:`ValueError` for a cursor this store did not give out. Sessions
+        deleted between two pages are skipped, never repeated.
+        """
 
     @abc.abstractmethod
     async def delete_session(self, session_id: str) -> None:
-        """Remove the session, its chains and its draws."""
+        """Remove the session, its chains and its draws, at once."""
 
     @abc.abstractmethod
-    async def load_chains(self, session_id: str, chains: Sequence[int]) -> list[ChainRecord]:
-        """Current records of ``chains``, in that order."""
+    async def load_chains(self, session_id: str, chains: Iterable[int]) -> list[ChainRecord]:
+        """Current records of ``chains`` (indices of the session's chains), in that
+        order. Each record is consistent in itself; records of different chains may be
+        from different moments."""
 
     @abc.abstractmethod
     async def load_cold(self, session_id: str, chain: int) -> tuple[int, bytes]:
-        """``(cold_version, cold)`` of one chain."""
+        """``(cold_version, cold)`` of one chain, consistent with each other."""
 
     @abc.abstractmethod
     async def apply(
@@ -184,17 +242,44 @@ class Store(abc.ABC):
         lease_seconds: float = 0.0,
         exclude: Sequence[int] = (),
     ) -> ApplyResult:
-        """Apply ``updates`` (each atomically, by compare-and-set on its version), then
-        lease up to ``lease`` further chains that are active and free, other than those
-        in ``exclude`` and those updated here, for ``lease_seconds``."""
+        """Write ``updates`` (of distinct chains) if every chain's version equals its
+        ``expected_version``, then lease up to ``lease`` further chains, lowest index
+        first, that are active, not leased, not updated here and not in ``exclude``, for
+        ``lease_seconds`` each.
+
+        Atomic: either every update is written and the leases taken, or (some version
+        was stale) nothing changes and :attr:`ApplyResult.conflicts` names the stale
+        chains. Concurrent calls on the same chains are serialised; on other chains they
+        do not wait for each other. When the session is stopped (:meth:`stop`), updates
+        are written but nothing is leased. Durable when it returns (for Redis, as durable
+        as the server is configured to be).
+        """
 
     @abc.abstractmethod
     async def read_draws(
         self, session_id: str, chain: int, start: int, stop: int, row_bytes: int
     ) -> bytes:
-        """Rows ``start`` up to ``stop`` (clipped to what exists) of a chain's draws,
-        each ``row_bytes`` long."""
+        """Rows ``start`` up to ``stop`` (clipped to those there are; empty when
+        ``stop <= start``) of a chain's draws, each ``row_bytes`` long, without reading
+        the others."""
+
+    @abc.abstractmethod
+    async def stop(self, session_id: str, reason: str) -> str:
+        """Mark the session stopped for ``reason`` unless it is stopped already, and
+        return the reason that stands. Atomic; from then on :meth:`apply` leases
+        nothing."""
+
+    @abc.abstractmethod
+    async def notes(self, session_id: str, *, diagnostics: bool = False) -> SessionNotes:
+        """The session's notes; its diagnostics document only if ``diagnostics``."""
+
+    @abc.abstractmethod
+    async def save_diagnostics(
+        self, session_id: str, draws: int, diagnostics: bytes, warnings: bytes
+    ) -> None:
+        """Keep a diagnostics document and its warnings, computed on ``draws`` draws in
+        all, unless the documents kept already were computed on more draws. Atomic."""
 
     @abc.abstractmethod
     async def touch(self, session_id: str) -> None:
-        """Refresh the session's idle expiry."""
+        """Refresh the session's idle expiry (a no-op for a store without expiry)."""

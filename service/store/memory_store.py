@@ -11,13 +11,15 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from service.store.base import (
+from kameleon.service.store.base import (
     ApplyResult,
     ChainRecord,
     ChainUpdate,
+    Counts,
+    SessionNotes,
     SessionNotFound,
     SessionPage,
     Store,
@@ -36,6 +38,11 @@ class _Session:
     warming: int
     draws: list[bytearray] = field(default_factory=list)
     finished: int = 0
+    waiting: int = 0
+    stopped_by: str | None = None
+    diagnosed: int = -1  # total draws behind ``diagnostics``
+    diagnostics: bytes | None = None
+    warnings: bytes | None = None
 
 
 def _cursor(cursor: str | None) -> int:
@@ -107,7 +114,7 @@ class MemoryStore(Store):
             self._get(session_id)
             del self._sessions[session_id]
 
-    async def load_chains(self, session_id: str, chains: Sequence[int]) -> list[ChainRecord]:
+    async def load_chains(self, session_id: str, chains: Iterable[int]) -> list[ChainRecord]:
         with self._lock:
             session = self._get(session_id)
             return [session.chains[c] for c in chains]
@@ -127,55 +134,23 @@ class MemoryStore(Store):
         exclude: Sequence[int] = (),
     ) -> ApplyResult:
         now = time.time()
-        applied: set[int] = set()
-        conflicts: dict[int, ChainRecord] = {}
         leased: list[ChainRecord] = []
         with self._lock:
             session = self._get(session_id)
-            for up in updates:
-                current = session.chains[up.chain]
-                if current.version != up.expected_version:
-                    conflicts[up.chain] = current
-                    continue
-                cold_version = current.cold_version
-                if up.cold is not None:
-                    session.cold[up.chain] = up.cold
-                    cold_version += 1
-                draws = current.draws
-                if up.draw is not None:
-                    session.draws[up.chain] += up.draw
-                    draws += 1
-                record = ChainRecord(
-                    chain=up.chain,
-                    version=current.version + 1,
-                    state=up.state,
-                    cold_version=cold_version,
-                    lease_until=now + up.lease_seconds if up.lease_seconds > 0 else 0.0,
-                    active=up.active,
-                    init_value=up.init_value,
-                    draws=draws,
-                    inits=current.inits + up.init_told,
-                )
-                session.chains[up.chain] = record
-                session.warming -= up.left_warmup
-                session.finished += up.finished
-                applied.add(up.chain)
-                if up.lease_seconds > 0 and up.active:
-                    leased.append(record)
-            if lease > 0:
-                skip = set(exclude) | {up.chain for up in updates}
-                extra = 0
-                for index, record in enumerate(session.chains):
-                    if extra >= lease:
-                        break
-                    if index in skip or not record.active or record.lease_until > now:
-                        continue
-                    record = dataclasses.replace(record, lease_until=now + lease_seconds)
-                    session.chains[index] = record
-                    leased.append(record)
-                    extra += 1
-            warming, finished = session.warming, session.finished
-        return ApplyResult(frozenset(applied), conflicts, leased, now, warming, finished)
+            conflicts = {
+                up.chain: session.chains[up.chain]
+                for up in updates
+                if session.chains[up.chain].version != up.expected_version
+            }
+            if not conflicts:
+                leased = [r for up in updates if (r := _write(session, up, now)) is not None]
+                if lease > 0:
+                    skip = set(exclude) | {up.chain for up in updates}
+                    leased += _lease(session, lease, lease_seconds, skip, now)
+            counts = Counts(session.warming, session.finished, session.waiting)
+            stopped_by = session.stopped_by
+        applied = frozenset() if conflicts else frozenset(up.chain for up in updates)
+        return ApplyResult(applied, conflicts, leased, now, counts, stopped_by)
 
     async def read_draws(
         self, session_id: str, chain: int, start: int, stop: int, row_bytes: int
@@ -184,6 +159,77 @@ class MemoryStore(Store):
             session = self._get(session_id)
             return bytes(session.draws[chain][start * row_bytes : stop * row_bytes])
 
+    async def stop(self, session_id: str, reason: str) -> str:
+        with self._lock:
+            session = self._get(session_id)
+            if session.stopped_by is None:
+                session.stopped_by = reason
+            return session.stopped_by
+
+    async def notes(self, session_id: str, *, diagnostics: bool = False) -> SessionNotes:
+        with self._lock:
+            session = self._get(session_id)
+            return SessionNotes(
+                session.stopped_by, session.warnings, session.diagnostics if diagnostics else None
+            )
+
+    async def save_diagnostics(
+        self, session_id: str, draws: int, diagnostics: bytes, warnings: bytes
+    ) -> None:
+        with self._lock:
+            session = self._get(session_id)
+            if draws >= session.diagnosed:
+                session.diagnosed = draws
+                session.diagnostics, session.warnings = diagnostics, warnings
+
     async def touch(self, session_id: str) -> None:
         with self._lock:
             self._get(session_id)
+
+
+def _write(session: _Session, up: ChainUpdate, now: float) -> ChainRecord | None:
+    """Write one update (its version checked); the record if it leases the chain."""
+    current = session.chains[up.chain]
+    cold_version = current.cold_version
+    if up.cold is not None:
+        session.cold[up.chain] = up.cold
+        cold_version += 1
+    draws = current.draws
+    if up.draw is not None:
+        session.draws[up.chain] += up.draw
+        draws += 1
+    lease_next = up.lease_seconds > 0 and up.active and session.stopped_by is None
+    record = ChainRecord(
+        chain=up.chain,
+        version=current.version + 1,
+        state=up.state,
+        cold_version=cold_version,
+        lease_until=now + up.lease_seconds if lease_next else 0.0,
+        active=up.active,
+        init_value=up.init_value,
+        draws=draws,
+        inits=current.inits + up.init_told,
+    )
+    session.chains[up.chain] = record
+    session.warming += up.counts.warming
+    session.finished += up.counts.finished
+    session.waiting += up.counts.waiting
+    return record if lease_next else None
+
+
+def _lease(
+    session: _Session, lease: int, lease_seconds: float, skip: set[int], now: float
+) -> list[ChainRecord]:
+    """Lease up to ``lease`` free active chains not in ``skip``, lowest index first."""
+    leased: list[ChainRecord] = []
+    if session.stopped_by is not None:
+        return leased
+    for index, record in enumerate(session.chains):
+        if len(leased) >= lease:
+            break
+        if index in skip or not record.active or record.lease_until > now:
+            continue
+        record = dataclasses.replace(record, lease_until=now + lease_seconds)
+        session.chains[index] = record
+        leased.append(record)
+    return leased

@@ -3,26 +3,36 @@
 Data model (``P`` is the key prefix, ``S`` the session id; the braces are a Redis Cluster
 hash tag, so a session lives in one slot and one script may touch all its keys):
 
-``P:{S}:meta``       the session's metadata (JSON), written once
+``P:{S}:meta``       the session's metadata (opaque bytes), written once
 ``P:{S}:leases``     sorted set: active chain -> lease expiry; free chains score <= now
-``P:{S}:c:<k>``      hash, chain k's small hot record: ``v`` version, ``s`` state (JSON),
-                     ``cv`` cold version, ``l`` lease expiry, ``a`` active, ``i`` told
-                     initial value (8 bytes), ``n`` draws, ``e`` initial points told
+``P:{S}:c:<k>``      hash, chain k's small hot record (:data:`FIELDS`): ``v`` version,
+                     ``s`` state, ``cv`` cold version, ``a`` active, ``i`` told initial
+                     value (8 bytes), ``n`` draws, ``e`` initial points told; its lease
+                     expiry is its score in ``leases``
 ``P:{S}:cold:<k>``   chain k's cold part (JSON), rewritten only when it changes
 ``P:{S}:draws:<k>``  chain k's draws, fixed-size little-endian float64 rows, appended
-``P:{S}:counts``     hash: chains still in warm-up (``warming``) and done (``finished``)
+``P:{S}:counts``     hash: chains still in warm-up (``warming``), done (``finished``)
+                     and waiting for a new initial point (``waiting``); why the session
+                     was stopped (``stopped_by``), if it was; the latest diagnostics
+                     (``diag``), their warnings (``warn``) and the total draws they were
+                     computed on (``diag_draws``); the number of chains (``chains``) and
+                     the owner (``owner``), so that the metadata stays opaque
 ``P:owner:<o>``      sorted set of owner o's session ids by creation time (the listing)
 
-Every tell, step and ask is one call of one registered Lua script (``apply.lua``): per
-chain it checks the version, writes the state, appends the draw and bumps the version,
-then leases free chains; no WATCH loops. Nothing is pickled. Every key of a session
-expires after the configured idle time; using the session refreshes it.
+Every tell, step and ask is one call of one registered Lua script (``apply.lua``): it
+checks every updated chain's version, then (all matching) writes the states, appends the
+draws and bumps the versions, then leases free chains (none once the session is stopped:
+``stop`` sets ``stopped_by`` in one command, which the script reads first); no WATCH
+loops. Every key a script touches is passed in KEYS (computed here by :class:`Keys`), so
+Redis Cluster routes and checks it. The records of free chains leased by an ask are read
+in a second round trip. Nothing is pickled. Every key of a session expires after the
+configured idle time; using the session refreshes it.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from importlib import resources
 from typing import Any, ParamSpec, TypeVar, cast
 
@@ -30,20 +40,44 @@ import redis.asyncio as aioredis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from service.jsonio import loads
-from service.store.base import (
+from kameleon.service.store.base import (
     ApplyResult,
     ChainRecord,
     ChainUpdate,
+    Counts,
+    SessionNotes,
     SessionNotFound,
     SessionPage,
     Store,
     StoreUnavailable,
 )
 
-__all__ = ["RedisStore"]
+__all__ = ["FIELDS", "Keys", "RedisStore"]
 
-APPLY_SCRIPT = resources.files("service.store").joinpath("apply.lua").read_text("utf-8")
+#: Fields of a chain's record hash, in the order :func:`_record` reads them (the lease
+#: expiry, from the ``leases`` sorted set, follows them).
+FIELDS = ("v", "s", "cv", "a", "i", "n", "e")
+APPLY_SCRIPT = (
+    resources.files("kameleon.service.store")
+    .joinpath("apply.lua")
+    .read_text("utf-8")
+    .replace("--[[FIELDS]]", ", ".join(f"'{f}'" for f in FIELDS))
+)
+# KEYS: meta, counts. ARGV: the reason. The reason that stands, or nil: no such session.
+STOP_SCRIPT = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return nil end
+redis.call('HSETNX', KEYS[2], 'stopped_by', ARGV[1])
+return redis.call('HGET', KEYS[2], 'stopped_by')
+"""
+# KEYS: meta, counts. ARGV: draws, diagnostics, warnings. 1, or 0: no such session.
+SAVE_DIAGNOSTICS_SCRIPT = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+local kept = tonumber(redis.call('HGET', KEYS[2], 'diag_draws') or '-1')
+if tonumber(ARGV[1]) >= kept then
+  redis.call('HSET', KEYS[2], 'diag_draws', ARGV[1], 'diag', ARGV[2], 'warn', ARGV[3])
+end
+return 1
+"""
 P = ParamSpec("P")
 T = TypeVar("T")
 
@@ -66,8 +100,11 @@ def _f64(raw: bytes) -> float | None:
     return float(struct.unpack("<d", raw)[0]) if raw else None
 
 
-def _record(fields: Sequence[Any]) -> ChainRecord:
-    chain, version, state, cold_version, lease, active, init, draws, inits = fields
+def _record(chain: Any, values: Sequence[Any]) -> ChainRecord:
+    """A record from the values of :data:`FIELDS` and the lease expiry, in that order."""
+    version, state, cold_version, active, init, draws, inits, lease = (
+        b"" if v is None else v for v in values
+    )
     return ChainRecord(
         chain=int(chain),
         version=int(version),
@@ -79,6 +116,44 @@ def _record(fields: Sequence[Any]) -> ChainRecord:
         draws=int(draws or 0),
         inits=int(inits or 0),
     )
+
+
+class Keys:
+    """The keys of one session: all under its hash tag, so in one Cluster slot."""
+
+    def __init__(self, prefix: str, session_id: str) -> None:
+        self.base = f"{prefix}:{{{session_id}}}:"
+        self.meta = self.base + "meta"
+        self.leases = self.base + "leases"
+        self.counts = self.base + "counts"
+
+    def chain(self, k: int) -> tuple[str, str, str]:
+        """Chain k's record, cold part and draws."""
+        return f"{self.base}c:{k}", f"{self.base}cold:{k}", f"{self.base}draws:{k}"
+
+    def every(self, chains: int) -> list[str]:
+        keys = [self.meta, self.leases, self.counts]
+        for k in range(chains):
+            keys += self.chain(k)
+        return keys
+
+
+def _args(update: ChainUpdate) -> list[Any]:
+    """An update's group of ARGV (see ``apply.lua``)."""
+    return [
+        str(update.chain),
+        str(update.expected_version),
+        update.state,
+        "1" if update.active else "0",
+        update.cold if update.cold is not None else b"",
+        update.draw if update.draw is not None else b"",
+        struct.pack("<d", update.init_value) if update.init_value is not None else b"",
+        repr(float(update.lease_seconds)),
+        "1" if update.init_told else "0",
+        str(update.counts.warming),
+        str(update.counts.finished),
+        str(update.counts.waiting),
+    ]
 
 
 class RedisStore(Store):
@@ -93,6 +168,8 @@ class RedisStore(Store):
         self.prefix = prefix
         self.ttl_seconds = ttl_seconds
         self._apply = client.register_script(APPLY_SCRIPT)
+        self._stop = client.register_script(STOP_SCRIPT)
+        self._save_diagnostics = client.register_script(SAVE_DIAGNOSTICS_SCRIPT)
 
     @classmethod
     def from_url(
@@ -108,14 +185,11 @@ class RedisStore(Store):
         )
         return cls(client, prefix=prefix, ttl_seconds=ttl_seconds)
 
-    def _base(self, session_id: str) -> str:
-        return f"{self.prefix}:{{{session_id}}}:"
+    def _keys(self, session_id: str) -> Keys:
+        return Keys(self.prefix, session_id)
 
     def _owner_key(self, owner: str) -> str:
         return f"{self.prefix}:owner:{owner or '-'}"
-
-    def _chain_keys(self, base: str, chain: int) -> list[str]:
-        return [f"{base}c:{chain}", f"{base}cold:{chain}", f"{base}draws:{chain}"]
 
     async def ping(self) -> bool:
         try:
@@ -136,31 +210,26 @@ class RedisStore(Store):
         colds: Sequence[bytes],
         warming: int,
     ) -> None:
-        base = self._base(session_id)
+        keys = self._keys(session_id)
         ttl = self.ttl_seconds
         async with self.client.pipeline(transaction=True) as pipe:
-            pipe.set(base + "meta", meta, ex=ttl, nx=True)
+            pipe.set(keys.meta, meta, ex=ttl, nx=True)
             for record, cold in zip(chains, colds, strict=True):
-                key, cold_key, draws_key = self._chain_keys(base, record.chain)
-                pipe.hset(
-                    key,
-                    mapping={
-                        "v": record.version,
-                        "s": record.state,
-                        "cv": record.cold_version,
-                        "l": "0",
-                        "a": "1" if record.active else "0",
-                        "n": 0,
-                        "e": 0,
-                    },
-                )
+                key, cold_key, draws_key = keys.chain(record.chain)
+                values: tuple[Any, ...] = (record.version, record.state, record.cold_version)
+                values += ("1" if record.active else "0", None, 0, 0)
+                mapping: dict[Any, Any] = {
+                    f: v for f, v in zip(FIELDS, values, strict=True) if v is not None
+                }
+                pipe.hset(key, mapping=mapping)
                 pipe.expire(key, ttl)
                 pipe.set(cold_key, cold, ex=ttl)
                 pipe.set(draws_key, b"", ex=ttl)
-            pipe.zadd(base + "leases", {str(r.chain): 0 for r in chains if r.active})
-            pipe.expire(base + "leases", ttl)
-            pipe.hset(base + "counts", mapping={"warming": warming, "finished": 0})
-            pipe.expire(base + "counts", ttl)
+            pipe.zadd(keys.leases, {str(r.chain): 0 for r in chains if r.active})
+            pipe.expire(keys.leases, ttl)
+            counts: dict[Any, Any] = {"warming": warming, "finished": 0, "waiting": 0}
+            pipe.hset(keys.counts, mapping={**counts, "chains": len(chains), "owner": owner})
+            pipe.expire(keys.counts, ttl)
             results = await pipe.execute()
         if not results[0]:
             raise ValueError(f"session {session_id} exists")
@@ -172,7 +241,7 @@ class RedisStore(Store):
 
     @_unavailable
     async def get_meta(self, session_id: str) -> bytes:
-        raw = await self.client.get(self._base(session_id) + "meta")
+        raw = await self.client.get(self._keys(session_id).meta)
         if raw is None:
             raise SessionNotFound(session_id)
         return cast(bytes, raw)
@@ -186,7 +255,7 @@ class RedisStore(Store):
         ids = cast(list[bytes], await self.client.zrange(key, offset, offset + limit))
         more = len(ids) > limit
         ids = ids[:limit]
-        meta_keys = [self._base(i.decode()) + "meta" for i in ids]
+        meta_keys = [self._keys(i.decode()).meta for i in ids]
         metas = cast(list[bytes | None], await self.client.mget(meta_keys) if ids else [])
         gone = [i for i, m in zip(ids, metas, strict=True) if m is None]
         if gone:
@@ -195,39 +264,56 @@ class RedisStore(Store):
         next_cursor = str(offset + limit - len(gone)) if more else None
         return SessionPage(alive, next_cursor)
 
-    @_unavailable
-    async def delete_session(self, session_id: str) -> None:
-        base = self._base(session_id)
-        raw = cast(bytes | None, await self.client.get(base + "meta"))
-        if raw is None:
-            raise SessionNotFound(session_id)
-        chains = _meta_chains(raw)
-        keys = [base + "meta", base + "leases", base + "counts"]
-        for c in range(chains):
-            keys += self._chain_keys(base, c)
-        async with self.client.pipeline(transaction=True) as pipe:
-            for start in range(0, len(keys), 1000):
-                pipe.unlink(*keys[start : start + 1000])
-            await pipe.execute()
-        await self.client.zrem(self._owner_key(loads(raw).get("owner", "")), session_id)
+    async def _session(self, keys: Keys) -> tuple[int, str | None]:
+        """The session's number of chains and owner (``None``: not kept, in a session
+        made before they were; then the chains are counted)."""
+        async with self.client.pipeline(transaction=False) as pipe:
+            pipe.exists(keys.meta)
+            pipe.hmget(keys.counts, "chains", "owner")
+            exists, (chains, owner) = await pipe.execute()
+        if not exists:
+            raise SessionNotFound(keys.base)
+        if chains is not None:
+            return int(chains), owner.decode() if owner is not None else None
+        count = 0
+        while await self.client.exists(keys.chain(count)[0]):
+            count += 1
+        return count, None
 
     @_unavailable
-    async def load_chains(self, session_id: str, chains: Sequence[int]) -> list[ChainRecord]:
-        base = self._base(session_id)
+    async def delete_session(self, session_id: str) -> None:
+        keys = self._keys(session_id)
+        chains, owner = await self._session(keys)
+        every = keys.every(chains)
+        async with self.client.pipeline(transaction=True) as pipe:
+            for start in range(0, len(every), 1000):
+                pipe.unlink(*every[start : start + 1000])
+            await pipe.execute()
+        if owner is not None:  # else the listing drops it when it meets it
+            await self.client.zrem(self._owner_key(owner), session_id)
+
+    async def _load(self, keys: Keys, chains: Iterable[int]) -> list[ChainRecord]:
+        chains = list(chains)
         async with self.client.pipeline(transaction=False) as pipe:
             for c in chains:
-                pipe.hmget(f"{base}c:{c}", "v", "s", "cv", "l", "a", "i", "n", "e")
-            rows = await pipe.execute()
+                pipe.hmget(keys.chain(c)[0], *FIELDS)
+                pipe.zscore(keys.leases, str(c))
+            replies = await pipe.execute()
         out = []
-        for c, row in zip(chains, rows, strict=True):
-            if row[0] is None:
-                raise SessionNotFound(session_id)
-            out.append(_record([c, *[b"" if v is None else v for v in row]]))
+        for k, c in enumerate(chains):
+            values, lease = replies[2 * k], replies[2 * k + 1]
+            if values[0] is None:
+                raise SessionNotFound(keys.base)
+            out.append(_record(c, [*values, lease]))
         return out
 
     @_unavailable
+    async def load_chains(self, session_id: str, chains: Iterable[int]) -> list[ChainRecord]:
+        return await self._load(self._keys(session_id), chains)
+
+    @_unavailable
     async def load_cold(self, session_id: str, chain: int) -> tuple[int, bytes]:
-        key, cold_key, _ = self._chain_keys(self._base(session_id), chain)
+        key, cold_key, _ = self._keys(session_id).chain(chain)
         async with self.client.pipeline(transaction=True) as pipe:
             pipe.hget(key, "cv")
             pipe.get(cold_key)
@@ -246,31 +332,64 @@ class RedisStore(Store):
         lease_seconds: float = 0.0,
         exclude: Sequence[int] = (),
     ) -> ApplyResult:
-        base = self._base(session_id)
-        args: list[Any] = [base, len(updates), lease, repr(float(lease_seconds)), len(exclude)]
+        keys = self._keys(session_id)
+        script_keys = [keys.meta, keys.leases, keys.counts]
+        args: list[Any] = [len(updates), lease, repr(float(lease_seconds)), len(exclude)]
         args += [str(c) for c in exclude]
         for up in updates:
-            args += [
-                str(up.chain),
-                str(up.expected_version),
-                up.state,
-                "1" if up.active else "0",
-                up.cold if up.cold is not None else b"",
-                up.draw if up.draw is not None else b"",
-                struct.pack("<d", up.init_value) if up.init_value is not None else b"",
-                repr(float(up.lease_seconds)),
-                "1" if up.left_warmup else "0",
-                "1" if up.finished else "0",
-                "1" if up.init_told else "0",
-            ]
-        reply = await self._apply(keys=[base + "meta", base + "leases", base + "counts"], args=args)
+            script_keys += keys.chain(up.chain)
+            args += _args(up)
+        reply = await self._apply(keys=script_keys, args=args)
         if int(reply[0]) != 0:
             raise SessionNotFound(session_id)
-        now = float(reply[1])
-        applied = frozenset(int(c) for c in reply[2])
-        conflicts = {int(r[0]): _record(r) for r in reply[3]}
-        leased = [_record(r) for r in reply[4]]
-        return ApplyResult(applied, conflicts, leased, now, int(reply[5]), int(reply[6]))
+        _, now, applied, conflicts, leased, free, warming, finished, waiting, stopped = reply
+        records = [_record(r[0], r[1:]) for r in leased]
+        if free:
+            records += await self._load(keys, [int(c) for c in free])
+        return ApplyResult(
+            frozenset(int(c) for c in applied),
+            {int(r[0]): _record(r[0], r[1:]) for r in conflicts},
+            records,
+            float(now),
+            Counts(int(warming), int(finished), int(waiting or 0)),
+            stopped_by=stopped.decode() if stopped else None,
+        )
+
+    @_unavailable
+    async def stop(self, session_id: str, reason: str) -> str:
+        keys = self._keys(session_id)
+        reply = await self._stop(keys=[keys.meta, keys.counts], args=[reason])
+        if reply is None:
+            raise SessionNotFound(session_id)
+        return cast(bytes, reply).decode()
+
+    @_unavailable
+    async def notes(self, session_id: str, *, diagnostics: bool = False) -> SessionNotes:
+        keys = self._keys(session_id)
+        fields = ["stopped_by", "warn"] + (["diag"] if diagnostics else [])
+        async with self.client.pipeline(transaction=False) as pipe:
+            pipe.exists(keys.meta)
+            pipe.hmget(keys.counts, fields)
+            exists, values = await pipe.execute()
+        if not exists:
+            raise SessionNotFound(session_id)
+        stopped_by, warnings, *rest = values
+        return SessionNotes(
+            stopped_by.decode() if stopped_by else None,
+            bytes(warnings) if warnings is not None else None,
+            bytes(rest[0]) if rest and rest[0] is not None else None,
+        )
+
+    @_unavailable
+    async def save_diagnostics(
+        self, session_id: str, draws: int, diagnostics: bytes, warnings: bytes
+    ) -> None:
+        keys = self._keys(session_id)
+        reply = await self._save_diagnostics(
+            keys=[keys.meta, keys.counts], args=[draws, diagnostics, warnings]
+        )
+        if not int(reply):
+            raise SessionNotFound(session_id)
 
     @_unavailable
     async def read_draws(
@@ -278,7 +397,7 @@ class RedisStore(Store):
     ) -> bytes:
         if stop <= start:
             return b""
-        key = f"{self._base(session_id)}draws:{chain}"
+        key = self._keys(session_id).chain(chain)[2]
         raw = cast(bytes, await self.client.getrange(key, start * row_bytes, stop * row_bytes - 1))
         if not raw and not await self.client.exists(key):
             raise SessionNotFound(session_id)
@@ -286,18 +405,9 @@ class RedisStore(Store):
 
     @_unavailable
     async def touch(self, session_id: str) -> None:
-        base = self._base(session_id)
-        raw = cast(bytes | None, await self.client.get(base + "meta"))
-        if raw is None:
-            raise SessionNotFound(session_id)
-        keys = [base + "meta", base + "leases", base + "counts"]
-        for c in range(_meta_chains(raw)):
-            keys += self._chain_keys(base, c)
+        keys = self._keys(session_id)
+        chains, _ = await self._session(keys)
         async with self.client.pipeline(transaction=False) as pipe:
-            for key in keys:
+            for key in keys.every(chains):
                 pipe.expire(key, self.ttl_seconds)
             await pipe.execute()
-
-
-def _meta_chains(raw: bytes) -> int:
-    return int(loads(raw)["chains"])

@@ -11,10 +11,10 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from service.app import create_app
-from service.config import Settings
-from service.store.base import Store
-from service.store.memory_store import MemoryStore
+from kameleon.service.app import create_app
+from kameleon.service.config import Settings
+from kameleon.service.store.base import Store
+from kameleon.service.store.memory_store import MemoryStore
 
 STORES = ("memory", "redis")
 
@@ -24,7 +24,7 @@ ProblemCheck = Callable[[httpx.Response, int], dict[str, Any]]
 
 
 def _redis_store(url: str, prefix: str) -> Store:
-    from service.store.redis_store import RedisStore
+    from kameleon.service.store.redis_store import RedisStore
 
     return RedisStore.from_url(url, prefix=prefix, ttl_seconds=3600)
 

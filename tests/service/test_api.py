@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from service.config import Settings, hash_api_key
-from service.schemas import ALGORITHMS
+from kameleon.service.config import Settings, hash_api_key
+from kameleon.service.schemas import ALGORITHMS
 
 Json = dict[str, Any]
 LogDensity = Callable[[list[float]], float]
@@ -350,20 +350,24 @@ def test_an_id_never_issued_is_409(
 
 
 @pytest.mark.parametrize("outside", ["-Infinity", "null", '"-inf"', '"-Infinity"'])
-def test_an_initial_point_outside_the_support_waits_for_a_reset(
+def test_a_given_initial_point_outside_the_support_waits_for_a_reset(
     client: TestClient, assert_problem: ProblemCheck, outside: str
 ) -> None:
-    sid = create(client, chains=2)["id"]
-    ask(client, sid, max=2)
+    sid = create(client, chains=2, initial=[[0.5, 0.5]])["id"]
+    assert [p["x"] for p in ask(client, sid, max=2)["proposals"]] == [[0.5, 0.5]] * 2
     response = tell_text(client, sid, f'{{"id": "c0.i0", "log_density": {outside}}}')
-    assert outcomes(response) == ["outside_support"]
+    assert response.json()["results"] == [{"id": "c0.i0", "chain": 0, "outcome": "outside_support"}]
     assert outcomes(tell(client, sid, ("c0.i0", None))) == ["duplicate"]
     assert_problem(tell(client, sid, ("c0.i0", -1.0)), 409)
-    chain0 = summary(client, sid)["chain_summaries"][0]
+    session = summary(client, sid)
+    chain0 = session["chain_summaries"][0]
     assert chain0["status"] == "needs_initial_point"
+    assert session["status"] == "needs_initial_point"
     assert chain0["evaluations"] == 1
     tell(client, sid, ("c1.i0", -1.0))
-    assert [p["chain"] for p in ask(client, sid, max=2)["proposals"]] == [1]
+    answer = ask(client, sid, max=2)
+    assert [p["chain"] for p in answer["proposals"]] == [1]
+    assert (answer["status"], answer["done"]) == ("needs_initial_point", False)
 
     response = client.post(f"/v1/sessions/{sid}/chains/0/reset", json={"initial": [0.25, -1.0]})
     assert response.status_code == 200, response.text
@@ -375,8 +379,11 @@ def test_an_initial_point_outside_the_support_waits_for_a_reset(
     assert_problem(tell(client, sid, ("c0.i0", None)), 409)  # obsolete since the reset
     assert outcomes(tell(client, sid, (init["id"], -2.0))) == ["initialized"]
     assert outcomes(tell(client, sid, (init["id"], -2.0))) == ["duplicate"]
-    chain0 = summary(client, sid)["chain_summaries"][0]
+    session = summary(client, sid)
+    chain0 = session["chain_summaries"][0]
     assert (chain0["status"], chain0["evaluations"], chain0["resets"]) == ("warmup", 2, 1)
+    assert session["status"] == "warmup"
+    assert ask(client, sid, max=2)["status"] == "warmup"
     # A chain with a current state keeps it.
     before = snapshot(client, sid)
     response = client.post(f"/v1/sessions/{sid}/chains/0/reset", json={"initial": [9.0, 9.0]})

@@ -4,7 +4,6 @@ and the compose file names both services."""
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex
@@ -12,9 +11,12 @@ import subprocess
 from pathlib import Path
 
 import httpx
+import pytest
 import yaml
 
 from tests.servers import KAMELEON, free_port, serving
+
+pytestmark = pytest.mark.slow  # starts service processes
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -98,16 +100,6 @@ def test_dockerfile_runs_as_non_root_with_healthcheck() -> None:
     assert len(re.findall(r"^FROM ", text, re.M)) >= 2  # multi-stage
     assert re.search(r"^USER (?!root)\S+", text, re.M)
     assert "EXPOSE 8000" in text and "HEALTHCHECK" in text and "/v1/health" in text
-
-
-def test_the_images_command_starts_a_service(redis_url: str) -> None:
-    cmd = next(line for line in _dockerfile().splitlines() if line.startswith("CMD "))
-    argv = json.loads(cmd[len("CMD ") :])
-    assert argv[:2] == ["kameleon", "serve"] and "--store" in argv
-    port = free_port()
-    env = {**_env_without_kameleon(), "KAMELEON_PORT": str(port), "KAMELEON_REDIS_URL": redis_url}
-    with serving([KAMELEON, *argv[1:]], env, port) as url:
-        assert httpx.get(url + "/v1/health").json()["store"] == "redis"
 
 
 def test_compose_names_redis_with_appendonly_and_the_service() -> None:

@@ -19,7 +19,7 @@ from fastapi.testclient import TestClient
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from service.config import Settings
+from kameleon.service.config import Settings
 
 Json = dict[str, Any]
 ClientFactory = Callable[..., TestClient]
@@ -129,7 +129,7 @@ CASES = [
     case("reset-malformed", "POST", RESET, b'{"initial": [0, 0}', 400),
     case("create-array", "POST", SESSIONS, [SESSION], 422),
     case("create-null", "POST", SESSIONS, b"null", 422),
-    case("create-empty", "POST", SESSIONS, {}, 422, "algorithm"),
+    case("create-empty", "POST", SESSIONS, {}, 422, "dim"),
     case("ask-array", "POST", ASK, [1], 422),
     case("tell-array", "POST", TELL, NEXT, 422),
     case("tell-no-results", "POST", TELL, {}, 422, "results"),

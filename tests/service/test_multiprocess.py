@@ -14,8 +14,11 @@ from collections import Counter, defaultdict
 
 import httpx
 import numpy as np
+import pytest
 
 from tests.servers import KAMELEON, free_port, serving
+
+pytestmark = pytest.mark.slow  # two service processes under load
 
 CHAINS, ITERATIONS, WORKERS = 16, 25, 8
 

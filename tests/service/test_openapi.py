@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from service.openapi import document, render
+from kameleon.service.openapi import document, render
 
 ROOT = Path(__file__).resolve().parents[2]
 REGENERATE = "kameleon openapi -o openapi.yaml"

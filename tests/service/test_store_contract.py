@@ -9,15 +9,16 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from service.store.base import (
+from kameleon.service.store.base import (
     ChainRecord,
     ChainUpdate,
+    Counts,
     SessionNotFound,
     Store,
     StoreUnavailable,
 )
-from service.store.memory_store import MemoryStore
-from service.store.redis_store import RedisStore
+from kameleon.service.store.memory_store import MemoryStore
+from kameleon.service.store.redis_store import RedisStore
 
 pytestmark = pytest.mark.anyio
 
@@ -104,15 +105,19 @@ async def test_create_twice_is_refused(store: Store) -> None:
         await _create(store, "a")
 
 
-async def test_compare_and_set_per_chain(store: Store) -> None:
+async def test_compare_and_set_all_or_nothing(store: Store) -> None:
     await _create(store)
     row = struct.pack("<2d", 1.5, -2.0)
-    result = await store.apply(
-        "s1",
-        [_update(0, 0, draw=row, cold=b'{"cold": "new"}', init_value=-1.25), _update(1, 7)],
-    )
-    assert result.applied == {0}
+    good = _update(0, 0, draw=row, cold=b'{"cold": "new"}', init_value=-1.25)
+    # One stale update: nothing is written, nothing leased, and its chain's record is told.
+    result = await store.apply("s1", [good, _update(1, 7)], lease=1, lease_seconds=30)
+    assert result.applied == frozenset() and result.leased == []
     assert set(result.conflicts) == {1} and result.conflicts[1].version == 0
+    assert [r.version for r in await store.load_chains("s1", [0, 1, 2])] == [0, 0, 0]
+    assert await store.read_draws("s1", 0, 0, 10, ROW) == b""
+    assert await store.load_cold("s1", 0) == (0, b'{"cold": 0}')
+    result = await store.apply("s1", [good])
+    assert result.applied == {0} and not result.conflicts
     rec0, rec1 = await store.load_chains("s1", [0, 1])
     assert (rec0.version, rec0.state, rec0.draws, rec0.cold_version) == (1, b'{"s":1}', 1, 1)
     assert rec0.init_value == -1.25
@@ -138,12 +143,27 @@ async def test_concurrent_writers_one_wins(store: Store) -> None:
 
 async def test_warmup_and_finished_counts(store: Store) -> None:
     await _create(store, chains=3)
-    first = await store.apply("s1", [_update(0, 0, left_warmup=True), _update(1, 0)])
-    assert (first.warming, first.finished) == (2, 0)
-    second = await store.apply("s1", [_update(0, 1, finished=True, active=False)])
-    assert (second.warming, second.finished) == (2, 1)
-    stale = await store.apply("s1", [_update(2, 5, left_warmup=True, finished=True)])
-    assert (stale.warming, stale.finished) == (2, 1)  # a refused update counts nothing
+    first = await store.apply("s1", [_update(0, 0, counts=Counts(warming=-1)), _update(1, 0)])
+    assert first.counts == Counts(2, 0, 0)
+    second = await store.apply("s1", [_update(0, 1, counts=Counts(finished=1), active=False)])
+    assert second.counts == Counts(2, 1, 0)
+    stale = await store.apply("s1", [_update(2, 5, counts=Counts(warming=-1, finished=1))])
+    assert stale.counts == Counts(2, 1, 0)  # a refused update counts nothing
+
+
+async def test_waiting_count(store: Store) -> None:
+    await _create(store, chains=3)
+    wait, unwait = Counts(waiting=1), Counts(waiting=-1)
+    first = await store.apply("s1", [_update(0, 0, counts=wait, active=False), _update(1, 0)])
+    assert first.counts.waiting == 1
+    second = await store.apply("s1", [_update(2, 0, counts=wait, active=False)])
+    assert second.counts.waiting == 2
+    stale = await store.apply("s1", [_update(0, 0, counts=unwait)])
+    assert stale.counts.waiting == 2  # a refused update counts nothing
+    third = await store.apply("s1", [_update(0, 1, counts=unwait)], lease=3, lease_seconds=5.0)
+    assert third.counts.waiting == 1
+    # A waiting chain is not active: chain 2 is not leased (nor chain 0, updated here).
+    assert [r.chain for r in third.leased] == [1]
 
 
 async def test_draws_are_appended_and_read_in_slices(store: Store) -> None:
@@ -207,6 +227,55 @@ async def test_lease_and_update_in_one_call(store: Store) -> None:
     assert sorted(r.chain for r in result.leased) == [0, 1]
 
 
+async def test_a_stopped_session_leases_nothing_but_applies_updates(store: Store) -> None:
+    await _create(store, chains=3)
+    first = await store.apply("s1", [], lease=1, lease_seconds=60)
+    assert first.stopped_by is None and len(first.leased) == 1
+    assert (await store.notes("s1")).stopped_by is None
+    assert await store.stop("s1", "rule") == "rule"
+    assert await store.stop("s1", "other") == "rule"  # the first reason stands
+    assert (await store.notes("s1")).stopped_by == "rule"
+    # The chain leased before the stop is told: applied, its next proposal not leased.
+    told = await store.apply(
+        "s1", [_update(first.leased[0].chain, 0, lease_seconds=60.0)], lease=3, lease_seconds=60
+    )
+    assert told.applied == {first.leased[0].chain}
+    assert (told.leased, told.stopped_by) == ([], "rule")
+    time.sleep(0.01)
+    assert (await store.apply("s1", [], lease=3, lease_seconds=60)).leased == []
+    with pytest.raises(SessionNotFound):
+        await store.stop("nope", "rule")
+
+
+async def test_a_stopped_session_still_counts_its_waiting_chains(store: Store) -> None:
+    # Both come back from one call, in their own fields (on Redis: the script's reply).
+    await _create(store, chains=3)
+    wait = Counts(waiting=1)
+    waiting = await store.apply("s1", [_update(0, 0, counts=wait, active=False)])
+    assert (waiting.counts.waiting, waiting.stopped_by) == (1, None)
+    assert await store.stop("s1", "rule") == "rule"
+    left = Counts(warming=-1)
+    both = await store.apply("s1", [_update(1, 0, counts=left)], lease=3, lease_seconds=60)
+    assert (both.counts, both.stopped_by, both.leased) == (Counts(2, 0, 1), "rule", [])
+
+
+async def test_diagnostics_are_kept_unless_newer_ones_are(store: Store) -> None:
+    await _create(store)
+    notes = await store.notes("s1", diagnostics=True)
+    assert (notes.stopped_by, notes.warnings, notes.diagnostics) == (None, None, None)
+    await store.save_diagnostics("s1", 10, b'{"d": 10}', b"[10]")
+    await store.save_diagnostics("s1", 30, b'{"d": 30}', b"[30]")
+    await store.save_diagnostics("s1", 20, b'{"d": 20}', b"[20]")  # older: dropped
+    notes = await store.notes("s1", diagnostics=True)
+    assert (notes.warnings, notes.diagnostics) == (b"[30]", b'{"d": 30}')
+    assert (await store.notes("s1")).diagnostics is None  # only when asked for
+    await store.save_diagnostics("s1", 30, b'{"d": 31}', b"[31]")  # the same draws: kept
+    assert (await store.notes("s1")).warnings == b"[31]"
+    for call in (store.notes("nope"), store.save_diagnostics("nope", 1, b"{}", b"[]")):
+        with pytest.raises(SessionNotFound):
+            await call
+
+
 async def test_redis_keys_expire_and_share_one_hash_tag(redis_url: str, redis_prefix: str) -> None:
     import redis
 
@@ -214,6 +283,8 @@ async def test_redis_keys_expire_and_share_one_hash_tag(redis_url: str, redis_pr
     try:
         await _create(store, "tagged", chains=2)
         await store.apply("tagged", [_update(0, 0, draw=b"x" * ROW, cold=b"{}")])
+        await store.stop("tagged", "rule")
+        await store.save_diagnostics("tagged", 1, b"{}", b"[]")
     finally:
         await store.close()
     client = redis.Redis.from_url(redis_url)
@@ -242,4 +313,54 @@ async def test_redis_unreachable_is_store_unavailable() -> None:
         with pytest.raises(StoreUnavailable):
             await store.apply("x", [])
     finally:
+        await store.close()
+
+
+async def test_redis_scripts_take_every_key_through_keys(redis_url: str, redis_prefix: str) -> None:
+    """Redis Cluster routes and checks a script by its declared keys: every key the apply
+    script touches is in KEYS (per-chain keys too), all under the session's hash tag."""
+    from kameleon.service.store.redis_store import APPLY_SCRIPT, Keys
+
+    assert "ARGV[1] .." not in APPLY_SCRIPT and "'c:'" not in APPLY_SCRIPT
+    store = RedisStore.from_url(redis_url, prefix=redis_prefix, ttl_seconds=100)
+    calls: list[list[str]] = []
+    script = store._apply
+
+    async def spy(keys: list[str], args: list[object]) -> object:
+        calls.append(keys)
+        return await script(keys=keys, args=args)
+
+    store._apply = spy  # type: ignore[assignment]
+    try:
+        await _create(store, "tagged", chains=3)
+        result = await store.apply(
+            "tagged", [_update(2, 0, draw=b"x" * ROW), _update(0, 0)], lease=1, lease_seconds=9
+        )
+    finally:
+        await store.close()
+    keys = Keys(redis_prefix, "tagged")
+    assert calls == [[keys.meta, keys.leases, keys.counts, *keys.chain(2), *keys.chain(0)]]
+    assert all("{tagged}" in key for key in calls[0])
+    assert result.applied == {0, 2} and [r.chain for r in result.leased] == [1]
+    assert result.leased[0].lease_until > 0 and result.leased[0].version == 0
+
+
+async def test_redis_sessions_made_before_counts_kept_their_size(
+    redis_url: str, redis_prefix: str
+) -> None:
+    """Sessions made before the store kept the number of chains and the owner beside the
+    metadata: they are touched and deleted all the same (the metadata stays opaque)."""
+    import redis
+
+    store = RedisStore.from_url(redis_url, prefix=redis_prefix, ttl_seconds=100)
+    client = redis.Redis.from_url(redis_url)
+    try:
+        await _create(store, "old", chains=2, owner="o")
+        client.hdel(f"{redis_prefix}:{{old}}:counts", "chains", "owner")
+        await store.touch("old")
+        await store.delete_session("old")
+        assert list(client.scan_iter(match=f"{redis_prefix}:{{old}}:*")) == []
+        assert (await store.list_sessions("o", None, 10)).sessions == []
+    finally:
+        client.close()
         await store.close()

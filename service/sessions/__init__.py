@@ -1,0 +1,154 @@
+"""The protocol's use cases, by room:
+
+- :mod:`.catalog`: sessions as a whole (create, metadata, summary, list, delete);
+  :mod:`.meta` is what a session is, and the checks of a new one.
+- :mod:`.stepping`: ask, tell, step and reset; :mod:`.decide` is the exactly-once
+  decision per chain (pure), :mod:`.chains` the chains as this process sees them.
+- :mod:`.draws`: the draw row layout and reading draws; :mod:`.diagnostics`:
+  diagnostics, warnings and the stopping rule.
+
+:class:`SessionService` is what the routes call. The use cases raise their own errors
+(:mod:`.errors`); the HTTP edge maps them to answers. This package is the only place
+that knows both the sampler interface (``core.base``) and the store (``store.base``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from kameleon.service.config import Settings
+from kameleon.service.sessions.catalog import Catalog, chain_summary
+from kameleon.service.sessions.chains import Chains
+from kameleon.service.sessions.diagnostics import Diagnostics
+from kameleon.service.sessions.draws import ChainSlice, DrawsQuery, read_slices
+from kameleon.service.sessions.errors import NotFound
+from kameleon.service.sessions.meta import SessionMeta
+from kameleon.service.sessions.stepping import Result, Stepper
+from kameleon.service.store.base import SessionNotFound, Store
+
+if TYPE_CHECKING:
+    from kameleon.service.schemas import SessionCreate
+
+__all__ = ["SessionMeta", "SessionService"]
+
+
+class SessionService:
+    """The protocol's use cases over one store."""
+
+    def __init__(self, store: Store, settings: Settings) -> None:
+        self.store = store
+        self.settings = settings
+        chains = Chains(store)
+        self.catalog = Catalog(store, settings, chains)
+        self.diagnostics = Diagnostics(store)
+        self.stepper = Stepper(store, settings, chains, self.diagnostics)
+
+    async def store_ready(self) -> bool:
+        try:
+            return await asyncio.wait_for(self.store.ping(), timeout=2.0)
+        except Exception:
+            return False
+
+    def _gone(self, session_id: str) -> _Gone:
+        """A session the store no longer has: forgotten here, and :class:`NotFound`."""
+        return _Gone(self.catalog, session_id)
+
+    # ------------------------------------------------------------------ sessions
+
+    async def create(self, body: SessionCreate, owner: str) -> dict[str, Any]:
+        return await self.catalog.create(body, owner)
+
+    async def meta(self, session_id: str, owner: str) -> SessionMeta:
+        with self._gone(session_id):
+            return await self.catalog.meta(session_id, owner)
+
+    async def summary(self, session_id: str, owner: str) -> dict[str, Any]:
+        with self._gone(session_id):
+            return await self.catalog.summary(session_id, owner)
+
+    async def list_sessions(self, owner: str, cursor: str | None, limit: int) -> dict[str, Any]:
+        return await self.catalog.list_sessions(owner, cursor, limit)
+
+    async def delete(self, session_id: str, owner: str) -> None:
+        with self._gone(session_id):
+            await self.catalog.delete(session_id, owner)
+
+    # ------------------------------------------------------------- ask/tell/step
+
+    async def ask(
+        self, session_id: str, owner: str, max_: int, lease_seconds: float | None
+    ) -> dict[str, Any]:
+        self.stepper.check_max(max_)
+        lease = self.stepper.lease(lease_seconds)
+        with self._gone(session_id):
+            meta = await self.catalog.meta(session_id, owner)
+            _, proposals, status = await self.stepper.step(meta, [], max_, lease)
+        return {"proposals": proposals, **status}
+
+    async def tell(self, session_id: str, owner: str, results: Sequence[Result]) -> dict[str, Any]:
+        with self._gone(session_id):
+            meta = await self.catalog.meta(session_id, owner)
+            outcomes, _, _ = await self.stepper.step(meta, results, 0, 0.0)
+        return {"results": outcomes}
+
+    async def step(
+        self,
+        session_id: str,
+        owner: str,
+        results: Sequence[Result],
+        max_: int | None,
+        lease_seconds: float | None,
+    ) -> dict[str, Any]:
+        want = max_ if max_ is not None else max(1, len(results))
+        self.stepper.check_max(want)
+        lease = self.stepper.lease(lease_seconds)
+        with self._gone(session_id):
+            meta = await self.catalog.meta(session_id, owner)
+            outcomes, proposals, status = await self.stepper.step(meta, results, want, lease)
+        return {"results": outcomes, "proposals": proposals, **status}
+
+    async def reset_chain(
+        self, session_id: str, owner: str, chain: int, initial: Sequence[float]
+    ) -> dict[str, Any]:
+        with self._gone(session_id):
+            meta = await self.catalog.meta(session_id, owner)
+            return chain_summary(meta, await self.stepper.reset_chain(meta, chain, initial))
+
+    # ------------------------------------------------------------ draws, diagnostics
+
+    async def diagnostics_of(self, session_id: str, owner: str) -> dict[str, Any]:
+        with self._gone(session_id):
+            return await self.diagnostics.of(await self.catalog.meta(session_id, owner))
+
+    async def draws(
+        self, meta: SessionMeta, query: DrawsQuery, page_rows: int
+    ) -> tuple[list[ChainSlice], int | None]:
+        """One page of draws (see :func:`.draws.read_slices`)."""
+        with self._gone(meta.id):
+            return await read_slices(self.store, meta, query, page_rows)
+
+
+class _Gone:
+    """Turns :class:`SessionNotFound` into :class:`NotFound`, forgetting the session (a
+    class, not a generator: it is on the hot path)."""
+
+    __slots__ = ("catalog", "session_id")
+
+    def __init__(self, catalog: Catalog, session_id: str) -> None:
+        self.catalog, self.session_id = catalog, session_id
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self,
+        kind: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if isinstance(exc, SessionNotFound):
+            self.catalog.forget(self.session_id)
+            raise NotFound("no such session") from None

@@ -1,0 +1,180 @@
+"""Chains as this process sees them: stored records with their states decoded, cached.
+
+Writes are optimistic. A process keeps the chain states it last read or wrote, keyed by
+the chain's version; a tell decides on those and writes with compare-and-set, and reads
+the store again only for chains the store says have moved on (see ``stepping``).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kameleon.core.base import Proposal
+from kameleon.core.serialization import CodecError, decode, encode
+from kameleon.service.jsonio import dumps, loads
+from kameleon.service.sessions.errors import Conflict
+from kameleon.service.sessions.meta import SessionMeta
+from kameleon.service.store.base import ChainRecord, Store
+
+__all__ = ["LRU", "ChainView", "Chains", "encode_state"]
+
+#: Chains whose decoded state (and cold part) a process keeps. These caches only save
+#: store reads: a chain that fell out is read again. A kernel sampler's chain holds its
+#: subsample (64 KB for n = 1000, d = 8), so the bound is also one on memory.
+CACHE_SIZE = 16_384
+
+#: Key of the encoded hot state that marks a chain given an initial point by a reset
+#: (absent: it never was). The codec reads only its own keys, so the mark rides along.
+_GIVEN = "given"
+
+
+class LRU(OrderedDict[Any, Any]):
+    def __init__(self, size: int) -> None:
+        super().__init__()
+        self.size = size
+
+    def put(self, key: Any, value: Any) -> None:
+        self[key] = value
+        self.move_to_end(key)
+        if len(self) > self.size:
+            self.popitem(last=False)
+
+
+@dataclass(frozen=True, slots=True)
+class ChainView:
+    """A chain's record with its state decoded.
+
+    ``given``: the chain was given an initial point by a reset. From then on its initial
+    points are used as given, never replaced by a draw; so in a chain that never was, every
+    epoch before the current one ended with a drawn point told ``-inf`` and replaced.
+    """
+
+    chain: int
+    version: int
+    state: Any
+    cold_version: int
+    init_value: float | None
+    draws: int
+    inits: int
+    given: bool = False
+
+    @property
+    def waiting(self) -> bool:
+        """Whether the chain waits for a reset: its initial point was told ``-inf`` and
+        it was not replaced."""
+        return self.state.logdensity is None and self.init_value is not None
+
+    def status(self, meta: SessionMeta, stopped: bool = False) -> str:
+        if self.state.logdensity is None:
+            return "needs_initial_point" if self.init_value is not None else "initial"
+        if stopped or meta.is_done(self.state):
+            return "done"
+        return "warmup" if self.state.iteration < meta.warmup else "sampling"
+
+    def same_record(self, record: ChainRecord) -> bool:
+        return (
+            self.version == record.version
+            and self.init_value == record.init_value
+            and self.draws == record.draws
+            and self.inits == record.inits
+        )
+
+
+def encode_state(state: Any, given: bool, with_cold: bool) -> tuple[bytes, bytes | None]:
+    """The stored hot part (with the mark of a chain given a point by a reset) and, when
+    ``with_cold``, the cold part."""
+    hot_doc, cold_doc = encode(state, with_cold=with_cold)
+    if given:
+        hot_doc[_GIVEN] = True
+    return dumps(hot_doc), (dumps(cold_doc) if with_cold else None)
+
+
+class Chains:
+    """The chains of one store's sessions as this process last saw them."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._chains: LRU = LRU(CACHE_SIZE)
+        self._cold: LRU = LRU(CACHE_SIZE)
+        self._proposals: LRU = LRU(CACHE_SIZE)
+
+    def remember(self, meta: SessionMeta, chain: ChainView) -> None:
+        self._chains.put((meta.id, chain.chain), chain)
+
+    async def decode(self, meta: SessionMeta, record: ChainRecord) -> ChainView:
+        """A record with its state decoded, from the cache when it is the same record."""
+        key = (meta.id, record.chain)
+        cached: ChainView | None = self._chains.get(key)
+        if cached is not None and cached.same_record(record):
+            return cached
+        cold = await self._cold_doc(meta, record.chain, record.cold_version)
+        try:
+            hot = loads(record.state)
+            state = decode(hot, cold)
+        except (CodecError, ValueError, TypeError) as exc:  # a corrupt store entry
+            raise Conflict(f"chain {record.chain} cannot be decoded: {exc}") from None
+        chain = ChainView(
+            record.chain,
+            record.version,
+            state,
+            record.cold_version,
+            record.init_value,
+            record.draws,
+            record.inits,
+            hot.get(_GIVEN) is True,
+        )
+        self._chains.put(key, chain)
+        return chain
+
+    async def _cold_doc(self, meta: SessionMeta, chain: int, cold_version: int) -> dict[str, Any]:
+        key = (meta.id, chain)
+        cached = self._cold.get(key)
+        if cached is not None and cached[0] == cold_version:
+            return cached[1]  # type: ignore[no-any-return]
+        version, raw = await self.store.load_cold(meta.id, chain)
+        doc = loads(raw)
+        self._cold.put(key, (version, doc))
+        return doc  # type: ignore[no-any-return]
+
+    async def load(self, meta: SessionMeta, chains: Sequence[int]) -> list[ChainView]:
+        """The chains as stored now."""
+        records = await self.store.load_chains(meta.id, list(chains))
+        return [await self.decode(meta, r) for r in records]
+
+    async def current(
+        self, meta: SessionMeta, chains: Sequence[int], reload: set[int], verified: set[int]
+    ) -> dict[int, ChainView]:
+        """Chains as last seen by this process (optimistic); those it has not seen and
+        those in ``reload`` are read from the store and added to ``verified``."""
+        out: dict[int, ChainView] = {}
+        missing = []
+        for c in chains:
+            cached = self._chains.get((meta.id, c))
+            if cached is None or c in reload:
+                missing.append(c)
+            else:
+                out[c] = cached
+        if missing:
+            for ch in await self.load(meta, missing):
+                out[ch.chain] = ch
+                verified.add(ch.chain)
+        return out
+
+    def outstanding(self, meta: SessionMeta, chain: ChainView) -> Proposal | None:
+        """The proposal this process last handed out for ``chain``, if it is still the
+        one the chain waits for (asking is pure, so this only saves recomputing it)."""
+        cached = self._proposals.get((meta.id, chain.chain))
+        if cached is not None and cached[0] == chain.version:
+            return cached[1]  # type: ignore[no-any-return]
+        return None
+
+    def proposal(self, meta: SessionMeta, chain: ChainView) -> Proposal:
+        """The chain's outstanding proposal (computed once per version)."""
+        proposal = self.outstanding(meta, chain)
+        if proposal is None:
+            proposal = meta.sampler.ask(chain.state, meta.params)
+            self._proposals.put((meta.id, chain.chain), (chain.version, proposal))
+        return proposal

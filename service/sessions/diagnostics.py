@@ -1,0 +1,135 @@
+"""Convergence diagnostics and warnings of the draws, and the stopping rule.
+
+Draws are never rewritten, so diagnostics are a function of each chain's number of
+draws: the store keeps the latest ones, and they are computed (off the event loop) only
+when the draws have changed since.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from kameleon.core.checks import check
+from kameleon.core.diagnostics import summarize
+from kameleon.service.jsonio import dumps, loads
+from kameleon.service.sessions.chains import LRU
+from kameleon.service.sessions.draws import RowLayout, Rows, read_rows
+from kameleon.service.sessions.meta import SessionMeta
+from kameleon.service.store.base import ChainRecord, SessionNotFound, Store, StoreUnavailable
+
+__all__ = ["Diagnostics"]
+
+
+class Diagnostics:
+    """Diagnostics of one store's sessions, and the stopping rule's checks."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        #: Per session, the largest multiple of ``check_every`` its stopping rule was
+        #: checked at by this process.
+        self._checked: LRU = LRU(10_000)
+
+    async def of(self, meta: SessionMeta) -> dict[str, Any]:
+        """Diagnostics and warnings of the post-warm-up draws (chains cut to a common
+        length) and each chain's post-warm-up acceptance rate."""
+        records = await self.store.load_chains(meta.id, range(meta.chains))
+        return await self._diagnose(meta, records)
+
+    async def _diagnose(self, meta: SessionMeta, records: Sequence[ChainRecord]) -> dict[str, Any]:
+        key = [r.draws for r in records]
+        notes = await self.store.notes(meta.id, diagnostics=True)
+        if notes.diagnostics is not None:
+            kept = loads(notes.diagnostics)
+            if kept["key"] == key:
+                return kept["diagnostics"]  # type: ignore[no-any-return]
+        chains: list[dict[str, Any]] = []
+        arrays = []
+        for record in records:
+            rows = await read_rows(self.store, meta, record.chain, meta.warmup, record.draws)
+            arrays.append(rows)
+            accepted = rows[:, RowLayout.ACCEPTED]
+            chains.append(
+                {
+                    "chain": record.chain,
+                    "iterations": record.draws,
+                    "draws": len(rows),
+                    "acceptance_rate": float(accepted.mean()) if len(rows) else None,
+                }
+            )
+        common = min(len(a) for a in arrays)
+        draws = np.stack([RowLayout.positions(a[:common]) for a in arrays])
+        acceptance = [c["acceptance_rate"] for c in chains]
+        stats, found = await asyncio.to_thread(_compute, draws, meta.param_names, acceptance)
+        warnings = [{k: _none_if_not_finite(v) for k, v in f.as_dict().items()} for f in found]
+        doc = {
+            "draws": common,
+            "parameters": [{k: _none_if_not_finite(v) for k, v in p.items()} for p in stats],
+            "chains": chains,
+            "warnings": warnings,
+        }
+        await self.store.save_diagnostics(
+            meta.id,
+            sum(key),
+            dumps({"key": key, "diagnostics": doc}),
+            dumps({"draws": common, "warnings": warnings}),
+        )
+        return doc
+
+    async def check_rule(self, meta: SessionMeta, multiple: int) -> bool:
+        """Check the stopping rule if every chain has ``multiple`` post-warm-up draws;
+        stop the session if it is met. Whether the session is now stopped by the rule.
+
+        Each transition adds one draw, so every chain passes through every multiple; the
+        last chain to reach one sees all the others there (the store read follows its
+        own write), and checks. A check that fails on the store is made again at the
+        next multiple.
+        """
+        assert meta.stop is not None
+        if self._checked.get(meta.id, 0) >= multiple:
+            return False
+        try:
+            records = await self.store.load_chains(meta.id, range(meta.chains))
+            if min(r.draws for r in records) - meta.warmup < multiple:
+                return False
+            self._checked.put(meta.id, multiple)
+            doc = await self._diagnose(meta, records)
+            if not meta.stop.met([_statistics(p) for p in doc["parameters"]]):
+                return False
+            return await self.store.stop(meta.id, "rule") == "rule"
+        except (SessionNotFound, StoreUnavailable):
+            return False
+
+
+def crossed(meta: SessionMeta, iteration: int) -> int:
+    """The post-warm-up draws of a chain at ``iteration`` if they are a multiple of the
+    stopping rule's ``check_every`` (a transition just made it so), else 0."""
+    if meta.stop is None:
+        return 0
+    post = iteration - meta.warmup
+    return post if post > 0 and post % meta.stop.check_every == 0 else 0
+
+
+def _compute(
+    draws: Rows, names: Sequence[str], acceptance: Sequence[float | None]
+) -> tuple[list[Any], list[Any]]:
+    """Per-parameter statistics and the warnings of ``draws``, shape (chains, draws, dim)."""
+    stats = summarize(draws, names)
+    return list(stats), check(draws, names, acceptance, summaries=stats)
+
+
+def _statistics(parameter: dict[str, Any]) -> Any:
+    """A parameter's diagnostics as :func:`core.diagnostics.summarize` gives them: NaN
+    for null (undefined, or an unbounded R-hat, which fails a rule all the same)."""
+    return {k: math.nan if v is None else v for k, v in parameter.items()}
+
+
+def _none_if_not_finite(value: Any) -> Any:
+    """Statistics that are undefined (NaN) or unbounded (R-hat of stuck chains) as null."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value

@@ -1,0 +1,35 @@
+"""What the use cases refuse, in their own terms; the HTTP edge (``service.errors``)
+turns each into its status and problem type."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["Busy", "Conflict", "Invalid", "NotFound", "ServiceError"]
+
+
+class ServiceError(Exception):
+    """A request the service refuses; ``extra`` names what it concerns (``field``,
+    ``ids``), and goes into the error body as it is."""
+
+    def __init__(self, detail: str, **extra: Any) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.extra = extra
+
+
+class NotFound(ServiceError):
+    """No such session (or it belongs to another owner), or no such chain in it."""
+
+
+class Invalid(ServiceError):
+    """Well-formed but invalid input; ``field`` names it. Nothing was changed."""
+
+
+class Conflict(ServiceError):
+    """Results for proposals that are not outstanding (``ids``), or a reset of a chain
+    that has a state. Nothing was changed."""
+
+
+class Busy(ServiceError):
+    """Too much contention on the same chains to finish; nothing was changed, retry."""

@@ -1,0 +1,274 @@
+"""Ask, tell, step and reset: decide per chain (``decide``), then write once.
+
+A request is decided on the chains as this process last saw them, then written in one
+:meth:`Store.apply`, which applies every update or none. When the store refuses because
+another process moved some chain on, the chains it names are read and the whole request
+is decided again. A result found not outstanding on a chain read from the store refuses
+the whole request (409) before anything is written. With one process per session (the
+common case) a tell or a step is one store round trip.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Protocol
+
+from kameleon.core.base import reset
+from kameleon.service.config import Settings
+from kameleon.service.ids import format_id, parse_id
+from kameleon.service.sessions.chains import Chains, ChainView, encode_state
+from kameleon.service.sessions.decide import ChainPlan, Told, plan_chain
+from kameleon.service.sessions.diagnostics import Diagnostics, crossed
+from kameleon.service.sessions.draws import told as told_value
+from kameleon.service.sessions.errors import Busy, Conflict, Invalid, NotFound
+from kameleon.service.sessions.meta import SessionMeta
+from kameleon.service.store.base import ApplyResult, ChainUpdate, Counts, Store
+
+__all__ = ["Result", "Stepper", "session_status"]
+
+MAX_ATTEMPTS = 16
+
+
+class Result(Protocol):
+    """A told result as the protocol defines it (``schemas.TellResult``)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def log_density(self) -> float: ...
+    @property
+    def gradient(self) -> Sequence[float] | None: ...
+
+
+@functools.lru_cache(maxsize=64)
+def iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, tz=UTC).isoformat().replace("+00:00", "Z")
+
+
+def session_status(meta: SessionMeta, counts: Counts, stopped: bool) -> dict[str, Any]:
+    if stopped or counts.finished >= meta.chains:
+        status = "done"
+    elif counts.waiting > 0:
+        status = "needs_initial_point"
+    else:
+        status = "warmup" if counts.warming > 0 else "sampling"
+    return {"status": status, "done": status == "done"}
+
+
+@dataclass
+class _Round:
+    """What one attempt at a request decided."""
+
+    plans: dict[int, ChainPlan]
+    updates: list[ChainUpdate]
+    extra: int  # further chains to lease
+    conflicts: list[int] = field(default_factory=list)  # request indices, by chain
+    missing: dict[int, frozenset[int]] = field(default_factory=dict)
+
+
+class Stepper:
+    """The ask/tell loop over one store."""
+
+    def __init__(
+        self, store: Store, settings: Settings, chains: Chains, diagnostics: Diagnostics
+    ) -> None:
+        self.store = store
+        self.settings = settings
+        self.chains = chains
+        self.diagnostics = diagnostics
+
+    def lease(self, lease_seconds: float | None) -> float:
+        lease = lease_seconds if lease_seconds is not None else self.settings.default_lease_seconds
+        if lease > self.settings.max_lease_seconds:
+            raise Invalid(
+                f"lease_seconds is over the limit of {self.settings.max_lease_seconds}",
+                field="lease_seconds",
+            )
+        return lease
+
+    def check_max(self, value: int) -> None:
+        if value > self.settings.max_ask:
+            raise Invalid(f"max is over the limit of {self.settings.max_ask}", field="max")
+
+    async def step(
+        self, meta: SessionMeta, results: Sequence[Result], want: int, lease: float
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
+        """Tell ``results``, then lease up to ``want`` proposals: the told chains' next
+        ones first, then free chains. The outcomes, the proposals and the session's
+        status."""
+        told = _parse(meta, results)
+        by_chain: dict[int, list[Told]] = {}
+        for t in told:
+            by_chain.setdefault(t.pid.chain, []).append(t)
+        unknown = [results[t.at].id for t in told if t.pid.chain >= meta.chains]
+        if unknown:
+            raise Conflict(f"proposal {unknown[0]} was never issued", ids=unknown)
+        ids = [r.id for r in results]
+        plans, result = await self._write(meta, by_chain, ids, want, lease)
+        outcomes = {i: o for plan in plans.values() for i, o in plan.outcomes.items()}
+        answered = [
+            {"id": r.id, "chain": t.pid.chain, "outcome": outcomes[t.at]}
+            for r, t in zip(results, told, strict=True)
+        ]
+        proposals = []
+        for record in result.leased:
+            plan = plans.get(record.chain)
+            ch = plan.after if plan and plan.after else await self.chains.decode(meta, record)
+            proposals.append(self._proposal(meta, ch, record.lease_until))
+        stopped = result.stopped_by is not None
+        multiple = max((crossed(meta, p.after.state.iteration) for p in _written(plans)), default=0)
+        if multiple and not stopped and await self.diagnostics.check_rule(meta, multiple):
+            # Met: the proposals leased by this very call are not handed out; nobody
+            # leases them again.
+            stopped, proposals = True, []
+        status = session_status(meta, result.counts, stopped)
+        return answered, proposals, status
+
+    async def _write(
+        self,
+        meta: SessionMeta,
+        by_chain: dict[int, list[Told]],
+        ids: Sequence[str],
+        want: int,
+        lease: float,
+    ) -> tuple[dict[int, ChainPlan], ApplyResult]:
+        """Decide and write, until the store takes the write; the plans and what the
+        store did."""
+        verified: set[int] = set()  # chains read from the store in this request
+        reload: set[int] = set()
+        history: dict[int, dict[int, float]] = {}
+        for _ in range(MAX_ATTEMPTS):
+            current = await self.chains.current(meta, list(by_chain), reload, verified)
+            decided = self._decide(meta, current, by_chain, history, want, lease)
+            reload = {c for c in decided.plans if decided.plans[c].conflicts} - verified
+            if reload:
+                continue  # decided on a cached state: the chain may have moved on elsewhere
+            if decided.missing:
+                await self._read_history(meta, decided.missing, history)
+                continue
+            if decided.conflicts:
+                refused = [ids[i] for i in decided.conflicts]
+                raise Conflict(f"proposal {refused[0]} is not outstanding", ids=refused)
+            result = await self.store.apply(
+                meta.id,
+                decided.updates,
+                lease=decided.extra,
+                lease_seconds=lease,
+                exclude=list(by_chain),
+            )
+            if not result.conflicts:
+                for plan in _written(decided.plans):
+                    self.chains.remember(meta, plan.after)
+                return decided.plans, result
+            for chain, record in result.conflicts.items():
+                await self.chains.decode(meta, record)  # refresh the cache, decide again
+                verified.add(chain)
+        raise Busy("too much contention on these chains; retry")
+
+    def _decide(
+        self,
+        meta: SessionMeta,
+        current: dict[int, ChainView],
+        by_chain: dict[int, list[Told]],
+        history: dict[int, dict[int, float]],
+        want: int,
+        lease: float,
+    ) -> _Round:
+        """One decision of the whole request on ``current``."""
+        budget = want
+        decided = _Round({}, [], 0)
+        for chain, told in by_chain.items():
+            ch = current[chain]
+            plan = plan_chain(
+                meta,
+                ch,
+                told,
+                lease=lease if budget > 0 else 0.0,
+                history=history.get(chain),
+                outstanding=self.chains.outstanding(meta, ch),
+            )
+            decided.plans[chain] = plan
+            decided.conflicts += plan.conflicts
+            if plan.missing:
+                decided.missing[chain] = plan.missing
+            if plan.update is not None:
+                decided.updates.append(plan.update)
+                budget -= plan.update.lease_seconds > 0
+        decided.extra = max(0, budget)
+        return decided
+
+    async def _read_history(
+        self,
+        meta: SessionMeta,
+        missing: dict[int, frozenset[int]],
+        history: dict[int, dict[int, float]],
+    ) -> None:
+        for chain, iterations in missing.items():
+            known = history.setdefault(chain, {})
+            for iteration in iterations:
+                known[iteration] = await told_value(self.store, meta, chain, iteration)
+
+    def _proposal(self, meta: SessionMeta, ch: ChainView, lease_until: float) -> dict[str, Any]:
+        proposal = self.chains.proposal(meta, ch)
+        return {
+            "id": format_id(ch.chain, proposal.iteration, ch.state.epoch),
+            "chain": ch.chain,
+            "iteration": proposal.iteration,
+            "kind": proposal.kind,
+            "x": proposal.position,
+            "lease_expires_at": iso(lease_until),
+        }
+
+    async def reset_chain(
+        self, meta: SessionMeta, chain: int, initial: Sequence[float]
+    ) -> ChainView:
+        """Give a chain that waits for its initial point a new one; the chain after."""
+        if not 0 <= chain < meta.chains:
+            raise NotFound(f"no chain {chain} in this session")
+        if len(initial) != meta.dim:
+            raise Invalid(f"initial must have {meta.dim} values", field="initial")
+        for _ in range(MAX_ATTEMPTS):
+            (ch,) = await self.chains.load(meta, [chain])
+            if ch.state.logdensity is not None:
+                raise Conflict(
+                    f"chain {chain} has a current state; only a chain waiting for its "
+                    "initial point can be given a new one"
+                )
+            state = reset(ch.state, initial)
+            hot, _ = encode_state(state, True, False)
+            update = ChainUpdate(chain, ch.version, hot, True, counts=Counts(waiting=-ch.waiting))
+            result = await self.store.apply(meta.id, [update])
+            if chain in result.applied:
+                new = ChainView(
+                    chain, ch.version + 1, state, ch.cold_version, None, ch.draws, ch.inits, True
+                )
+                self.chains.remember(meta, new)
+                return new
+        raise Busy("too much contention on this chain; retry")
+
+
+def _written(plans: dict[int, ChainPlan]) -> list[Any]:
+    """The plans that write."""
+    return [p for p in plans.values() if p.after is not None]
+
+
+def _parse(meta: SessionMeta, results: Sequence[Result]) -> list[Told]:
+    """Parse every result before anything is applied (:class:`Invalid` on the first bad
+    one)."""
+    told = []
+    for i, result in enumerate(results):
+        pid = parse_id(result.id)
+        if pid is None:
+            raise Invalid(
+                f"results[{i}].id: {result.id!r} is not a proposal id", field=f"results.{i}.id"
+            )
+        if result.gradient is not None and len(result.gradient) != meta.dim:
+            raise Invalid(
+                f"results[{i}].gradient must have {meta.dim} values",
+                field=f"results.{i}.gradient",
+            )
+        told.append(Told(i, pid, result.log_density))
+    return told

@@ -1,0 +1,142 @@
+"""Replay: the same seed and the same told values give the same draws, bit for bit, for
+every algorithm: in process, on the memory store, on the Redis store, and through two
+service processes on one Redis that take alternate requests (PROTOCOL.md, guarantee 4).
+
+The runs are long enough for every kernel sampler to fit its surrogate several times
+(KMC finite folds its ``200 x 200`` factor every 20 iterations after its first fit), which
+is where a multithreaded BLAS used to make the arithmetic depend on the thread count:
+the in-process run here deliberately has two BLAS threads around it, and the service
+processes are started with two.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+from threadpoolctl import threadpool_limits
+
+from kameleon.core import SAMPLERS
+from kameleon.core.run import sample
+from tests.servers import KAMELEON, free_port, serving
+
+pytestmark = pytest.mark.slow  # every algorithm through every store and two processes
+
+DIM, CHAINS, WARMUP, ITERATIONS, SEED = 4, 2, 300, 60, 23
+Post = Callable[[str, dict[str, Any]], dict[str, Any]]
+
+
+def logdensity(x: Any) -> float:
+    """A 4-d banana with a cut: bent, and ``-inf`` where ``x[3] > 2.5``."""
+    v = np.asarray(x, dtype=np.float64)
+    if v[3] > 2.5:
+        return -math.inf
+    return -0.5 * (v[0] ** 2 / 4 + (v[1] - 0.3 * v[0] ** 2) ** 2 + v[2] ** 2 + v[3] ** 2)
+
+
+def _json(value: float) -> float | None:
+    return None if value == -math.inf else value
+
+
+def in_process(algorithm: str) -> np.ndarray:
+    with threadpool_limits(limits=2, user_api="blas"):  # run_chain must not care
+        return sample(
+            logdensity,
+            DIM,
+            algorithm=algorithm,
+            chains=CHAINS,
+            warmup=WARMUP,
+            iterations=ITERATIONS,
+            seed=SEED,
+            warn=False,
+        )
+
+
+def served(posts: list[Post], get: Callable[[str], httpx.Response], algorithm: str) -> np.ndarray:
+    """Drive a session through ``posts`` in turn (one request each) and read its draws."""
+    body = {
+        "algorithm": algorithm,
+        "dim": DIM,
+        "chains": CHAINS,
+        "seed": SEED,
+        "warmup": WARMUP,
+        "max_iterations": WARMUP + ITERATIONS,
+    }
+    sid = posts[0]("/v1/sessions", body)["id"]
+    answer = posts[1 % len(posts)](f"/v1/sessions/{sid}/ask", {"max": CHAINS})
+    turn = 0
+    while answer["proposals"]:
+        results = [
+            {"id": p["id"], "log_density": _json(logdensity(p["x"]))} for p in answer["proposals"]
+        ]
+        turn += 1
+        answer = posts[turn % len(posts)](
+            f"/v1/sessions/{sid}/step", {"results": results, "max": CHAINS}
+        )
+    response = get(f"/v1/sessions/{sid}/draws?format=npy")
+    assert response.status_code == 200, response.text
+    return np.load(io.BytesIO(response.content))  # type: ignore[no-any-return]
+
+
+def _poster(client: Any) -> Post:
+    def post(path: str, body: dict[str, Any]) -> dict[str, Any]:
+        response = client.post(path, json=body)
+        assert response.status_code in (200, 201), response.text
+        answer: dict[str, Any] = response.json()
+        return answer
+
+    return post
+
+
+@pytest.mark.parametrize("algorithm", sorted(SAMPLERS))
+def test_in_process_draws_do_not_depend_on_blas_threads(algorithm: str) -> None:
+    one = sample(
+        logdensity,
+        DIM,
+        algorithm=algorithm,
+        chains=CHAINS,
+        warmup=WARMUP,
+        iterations=ITERATIONS,
+        seed=SEED,
+        warn=False,
+    )
+    assert one.tobytes() == in_process(algorithm).tobytes()
+
+
+@pytest.mark.parametrize("algorithm", sorted(SAMPLERS))
+def test_every_store_gives_the_in_process_draws(
+    algorithm: str, start_client: Callable[..., Any]
+) -> None:
+    expected = in_process(algorithm)
+    for store in ("memory", "redis"):
+        client = start_client(store)
+        draws = served([_poster(client)], client.get, algorithm)
+        assert draws.shape == expected.shape
+        assert draws.tobytes() == expected.tobytes(), f"{algorithm} on {store}"
+
+
+@pytest.mark.slow
+def test_two_service_processes_taking_turns_give_the_in_process_draws(
+    redis_url: str, redis_prefix: str
+) -> None:
+    ports = [free_port(), free_port()]
+    env = {
+        "KAMELEON_STORE": "redis",
+        "KAMELEON_REDIS_URL": redis_url,
+        "KAMELEON_REDIS_PREFIX": redis_prefix,
+        "OPENBLAS_NUM_THREADS": "2",  # the service must not care either
+    }
+    with (
+        serving([KAMELEON, "serve", "--port", str(ports[0])], env, ports[0]) as a,
+        serving([KAMELEON, "serve", "--port", str(ports[1])], env, ports[1]) as b,
+        httpx.Client(base_url=a, timeout=60) as client_a,
+        httpx.Client(base_url=b, timeout=60) as client_b,
+    ):
+        for algorithm in sorted(SAMPLERS):
+            draws = served([_poster(client_a), _poster(client_b)], client_a.get, algorithm)
+            assert draws.tobytes() == in_process(algorithm).tobytes(), algorithm

@@ -1,0 +1,373 @@
+"""The service's answers as typed, immutable Python objects.
+
+Each class has ``from_json``, which reads the JSON body of the protocol (openapi.yaml)
+and ignores fields it does not know, so a newer service does not break an older client.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+__all__ = [
+    "ChainDiagnostics",
+    "ChainSummary",
+    "Diagnostics",
+    "Draws",
+    "Finding",
+    "Health",
+    "ParameterDiagnostics",
+    "Proposal",
+    "Session",
+    "SessionPage",
+    "StepAnswer",
+    "TellOutcome",
+]
+
+
+def _float(value: Any) -> float:
+    """A JSON number, ``null`` read as NaN (the service's spelling of undefined)."""
+    return math.nan if value is None else float(value)
+
+
+def _opt_float(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def _time(value: Any) -> datetime | None:
+    if not value:
+        return None
+    return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+
+
+@dataclass(frozen=True, slots=True)
+class Health:
+    """``GET /v1/health``: ``ok`` is true when the service and its store are ready."""
+
+    status: str
+    store: str
+    store_ready: bool
+    version: str
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> Health:
+        return cls(
+            status=str(doc.get("status", "")),
+            store=str(doc.get("store", "")),
+            store_ready=bool(doc.get("store_ready", False)),
+            version=str(doc.get("version", "")),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """A convergence warning of the service (``code``: see the README's table), with the
+    fields of :class:`kameleon.core.checks.Finding`; ``value`` is ``inf`` where the
+    service says ``null`` (infinite)."""
+
+    code: str
+    parameter: str | None
+    chain: int | None
+    value: float
+    threshold: float
+    message: str
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> Finding:
+        chain = doc.get("chain")
+        value = doc.get("value")
+        return cls(
+            code=str(doc["code"]),
+            parameter=doc.get("parameter"),
+            chain=None if chain is None else int(chain),
+            value=math.inf if value is None else float(value),
+            threshold=float(doc.get("threshold", math.nan)),
+            message=str(doc.get("message", "")),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ChainSummary:
+    chain: int
+    status: str
+    iterations: int
+    evaluations: int
+    acceptance_rate: float | None
+    resets: int
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> ChainSummary:
+        return cls(
+            chain=int(doc["chain"]),
+            status=str(doc.get("status", "")),
+            iterations=int(doc.get("iterations", 0)),
+            evaluations=int(doc.get("evaluations", 0)),
+            acceptance_rate=_opt_float(doc.get("acceptance_rate")),
+            resets=int(doc.get("resets", 0)),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Session:
+    """A session's summary (``POST /v1/sessions``, ``GET /v1/sessions/{id}``)."""
+
+    id: str
+    algorithm: str
+    dim: int
+    chains: int
+    seed: int
+    status: str
+    warmup: int
+    max_iterations: int | None
+    param_names: list[str]
+    options: dict[str, Any]
+    iterations: int
+    evaluations: int
+    acceptance_rate: float | None
+    chain_summaries: list[ChainSummary]
+    pseudo_marginal: bool = False
+    initial_radius: float | None = None
+    max_initial_attempts: int | None = None
+    created_at: datetime | None = None
+    stop: dict[str, Any] | None = None
+    stopped_by: str | None = None
+    warnings: list[Finding] | None = None
+    warnings_draws: int | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.status == "done"
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> Session:
+        warnings = doc.get("warnings")
+        max_iterations = doc.get("max_iterations")
+        attempts = doc.get("max_initial_attempts")
+        warnings_draws = doc.get("warnings_draws")
+        return cls(
+            id=str(doc["id"]),
+            algorithm=str(doc.get("algorithm", "")),
+            dim=int(doc.get("dim", 0)),
+            chains=int(doc.get("chains", 0)),
+            seed=int(doc.get("seed", 0)),
+            status=str(doc.get("status", "")),
+            warmup=int(doc.get("warmup", 0)),
+            max_iterations=None if max_iterations is None else int(max_iterations),
+            param_names=[str(n) for n in doc.get("param_names") or []],
+            options=dict(doc.get("options") or {}),
+            iterations=int(doc.get("iterations", 0)),
+            evaluations=int(doc.get("evaluations", 0)),
+            acceptance_rate=_opt_float(doc.get("acceptance_rate")),
+            chain_summaries=[ChainSummary.from_json(c) for c in doc.get("chain_summaries") or []],
+            pseudo_marginal=bool(doc.get("pseudo_marginal", False)),
+            initial_radius=_opt_float(doc.get("initial_radius")),
+            max_initial_attempts=None if attempts is None else int(attempts),
+            created_at=_time(doc.get("created_at")),
+            stop=doc.get("stop"),
+            stopped_by=doc.get("stopped_by"),
+            warnings=None if warnings is None else [Finding.from_json(w) for w in warnings],
+            warnings_draws=None if warnings_draws is None else int(warnings_draws),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SessionPage:
+    """One page of ``GET /v1/sessions``; ``next`` is the cursor of the next, or None."""
+
+    sessions: list[Session]
+    next: str | None
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> SessionPage:
+        return cls(
+            sessions=[Session.from_json(s) for s in doc.get("sessions") or []],
+            next=doc.get("next"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Proposal:
+    """A point a chain needs evaluated; tell its log density under ``id``."""
+
+    id: str
+    chain: int
+    iteration: int
+    kind: str
+    x: list[float]
+    lease_expires_at: datetime | None = None
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> Proposal:
+        return cls(
+            id=str(doc["id"]),
+            chain=int(doc["chain"]),
+            iteration=int(doc.get("iteration", 0)),
+            kind=str(doc.get("kind", "proposal")),
+            x=[float(v) for v in doc["x"]],
+            lease_expires_at=_time(doc.get("lease_expires_at")),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class TellOutcome:
+    """What became of a told result: ``initialized``, ``outside_support``, ``accepted``,
+    ``rejected`` or ``duplicate`` (applied before with this value: nothing changed)."""
+
+    id: str
+    chain: int
+    outcome: str
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> TellOutcome:
+        return cls(id=str(doc["id"]), chain=int(doc["chain"]), outcome=str(doc["outcome"]))
+
+
+@dataclass(frozen=True, slots=True)
+class StepAnswer:
+    """The answer of ask (``results`` empty), tell (``proposals`` empty) or step."""
+
+    results: list[TellOutcome]
+    proposals: list[Proposal]
+    status: str
+    done: bool
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> StepAnswer:
+        return cls(
+            results=[TellOutcome.from_json(r) for r in doc.get("results") or []],
+            proposals=[Proposal.from_json(p) for p in doc.get("proposals") or []],
+            status=str(doc.get("status", "")),
+            done=bool(doc.get("done", False)),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ParameterDiagnostics:
+    """One parameter's diagnostics; NaN where undefined."""
+
+    name: str
+    mean: float
+    sd: float
+    mcse_mean: float
+    ess_bulk: float
+    ess_tail: float
+    r_hat: float
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> ParameterDiagnostics:
+        return cls(
+            name=str(doc["name"]),
+            mean=_float(doc.get("mean")),
+            sd=_float(doc.get("sd")),
+            mcse_mean=_float(doc.get("mcse_mean")),
+            ess_bulk=_float(doc.get("ess_bulk")),
+            ess_tail=_float(doc.get("ess_tail")),
+            r_hat=_float(doc.get("r_hat")),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ChainDiagnostics:
+    """One chain: transitions done, post-warm-up draws, post-warm-up acceptance rate."""
+
+    chain: int
+    iterations: int
+    draws: int
+    acceptance_rate: float | None
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> ChainDiagnostics:
+        return cls(
+            chain=int(doc["chain"]),
+            iterations=int(doc.get("iterations", 0)),
+            draws=int(doc.get("draws", 0)),
+            acceptance_rate=_opt_float(doc.get("acceptance_rate")),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Diagnostics:
+    """``GET /v1/sessions/{id}/diagnostics``: per parameter and per chain, and warnings."""
+
+    draws: int
+    parameters: list[ParameterDiagnostics]
+    chains: list[ChainDiagnostics]
+    warnings: list[Finding] = field(default_factory=list)
+
+    @property
+    def max_r_hat(self) -> float:
+        """The largest R-hat of any parameter (NaN when none is defined)."""
+        values = [p.r_hat for p in self.parameters if not math.isnan(p.r_hat)]
+        return max(values) if values else math.nan
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> Diagnostics:
+        return cls(
+            draws=int(doc.get("draws", 0)),
+            parameters=[ParameterDiagnostics.from_json(p) for p in doc.get("parameters") or []],
+            chains=[ChainDiagnostics.from_json(c) for c in doc.get("chains") or []],
+            warnings=[Finding.from_json(w) for w in doc.get("warnings") or []],
+        )
+
+
+@dataclass(frozen=True, eq=False)
+class Draws:
+    """Draws of a session, every page read.
+
+    Attributes
+    ----------
+    param_names
+        One name per dimension.
+    draws
+        Shape ``(chains, draws, dim)``; the chains are cut to the shortest selected one
+        (as the NPY format does), so the array is rectangular.
+    log_density
+        Shape ``(chains, draws)``; ``None`` for NPY, which carries only the draws.
+    iterations
+        Each draw's iteration number, shape ``(chains, draws)``; ``None`` for NPY.
+    chains
+        The chain ids, in the order of the first axis.
+    """
+
+    param_names: list[str]
+    draws: npt.NDArray[np.float64]
+    log_density: npt.NDArray[np.float64] | None
+    iterations: npt.NDArray[np.int64] | None
+    chains: list[int]
+
+    @classmethod
+    def from_pages(cls, pages: Sequence[Mapping[str, Any]], dim: int | None = None) -> Draws:
+        """Join JSON pages (each ``{"param_names", "chains": [...], "next"}``)."""
+        names = [str(n) for n in pages[0].get("param_names") or []] if pages else []
+        width = len(names) if dim is None else dim
+        rows: dict[int, list[list[float]]] = {}
+        logd: dict[int, list[float]] = {}
+        its: dict[int, list[int]] = {}
+        for page in pages:
+            for ch in page.get("chains") or []:
+                c = int(ch["chain"])
+                rows.setdefault(c, []).extend(ch.get("draws") or [])
+                logd.setdefault(c, []).extend(_float(v) for v in ch.get("log_density") or [])
+                its.setdefault(c, []).extend(int(i) for i in ch.get("iterations") or [])
+        order = sorted(rows)
+        common = min((len(rows[c]) for c in order), default=0)
+        draws = np.empty((len(order), common, width))
+        log_density = np.empty((len(order), common))
+        iterations = np.zeros((len(order), common), dtype=np.int64)
+        for k, c in enumerate(order):
+            if common:
+                draws[k] = np.asarray(rows[c][:common], dtype=np.float64).reshape(common, width)
+                log_density[k] = logd[c][:common]
+                if len(its[c]) >= common:
+                    iterations[k] = its[c][:common]
+        return cls(names, draws, log_density, iterations, order)

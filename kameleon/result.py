@@ -1,0 +1,187 @@
+"""What :func:`kameleon.sample` returns: the draws, their log densities, diagnostics and
+warnings, and exports (ArviZ, GetDist, CSV)."""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import numpy.typing as npt
+
+from kameleon.models import Diagnostics
+
+if TYPE_CHECKING:
+    from kameleon.core.checks import Finding
+
+__all__ = ["Result"]
+
+
+def _optional(module: str, extra: str, what: str) -> Any:
+    from importlib import import_module
+
+    try:
+        return import_module(module)
+    except ImportError as exc:
+        raise ImportError(
+            f"{what} needs the optional package {module!r}: pip install 'kameleon[{extra}]'"
+        ) from exc
+
+
+@dataclass(frozen=True, eq=False)
+class Result:
+    """A sampling run.
+
+    Attributes
+    ----------
+    draws
+        The post-warm-up draws, shape ``(chains, draws, dim)``.
+    log_density
+        The log density (as told) at each draw, shape ``(chains, draws)``.
+    acceptance
+        Each chain's acceptance rate after warm-up, shape ``(chains,)`` (NaN where
+        unknown).
+    param_names
+        One name per dimension.
+    diagnostics
+        Per parameter mean, sd, MCSE, bulk and tail ESS, R-hat; per chain acceptance.
+    warnings
+        The convergence problems found (each also emitted as a
+        :class:`~kameleon.core.checks.SamplingWarning` when the run ended).
+    seed
+        The seed of the run (drawn at random when none was given): the same seed gives
+        the same draws.
+    algorithm, warmup
+        As run.
+    session
+        The session's id when the run went through a service, else ``None``.
+    url
+        The service's URL, or ``None`` in process.
+    """
+
+    draws: npt.NDArray[np.float64]
+    log_density: npt.NDArray[np.float64]
+    acceptance: npt.NDArray[np.float64]
+    param_names: list[str]
+    diagnostics: Diagnostics
+    warnings: list[Finding] = field(default_factory=list)
+    seed: int = 0
+    algorithm: str = ""
+    warmup: int = 0
+    session: str | None = None
+    url: str | None = None
+
+    @property
+    def chains(self) -> int:
+        return int(self.draws.shape[0])
+
+    @property
+    def dim(self) -> int:
+        return int(self.draws.shape[2])
+
+    @property
+    def r_hat(self) -> npt.NDArray[np.float64]:
+        """Each parameter's rank-normalised split R-hat."""
+        return np.array([p.r_hat for p in self.diagnostics.parameters])
+
+    @property
+    def ess_bulk(self) -> npt.NDArray[np.float64]:
+        return np.array([p.ess_bulk for p in self.diagnostics.parameters])
+
+    @property
+    def ess_tail(self) -> npt.NDArray[np.float64]:
+        return np.array([p.ess_tail for p in self.diagnostics.parameters])
+
+    def __repr__(self) -> str:
+        where = f", session={self.session!r}" if self.session else ""
+        return (
+            f"Result(algorithm={self.algorithm!r}, chains={self.chains}, "
+            f"draws={self.draws.shape[1]}, dim={self.dim}, seed={self.seed}, "
+            f"max_r_hat={self.diagnostics.max_r_hat:.4g}, warnings={len(self.warnings)}{where})"
+        )
+
+    def summary(self) -> str:
+        """A table of the diagnostics, one line per parameter, and the warnings."""
+        lines = [
+            f"{'parameter':<16}{'mean':>11}{'sd':>11}{'mcse':>10}{'ess_bulk':>10}"
+            f"{'ess_tail':>10}{'r_hat':>8}"
+        ]
+        for p in self.diagnostics.parameters:
+            lines.append(
+                f"{p.name[:15]:<16}{p.mean:>11.4g}{p.sd:>11.4g}{p.mcse_mean:>10.3g}"
+                f"{p.ess_bulk:>10.0f}{p.ess_tail:>10.0f}{p.r_hat:>8.4f}"
+            )
+        lines += [f"warning [{w.code}]: {w.message}" for w in self.warnings]
+        return "\n".join(lines)
+
+    # -------------------------------------------------------------------- exports
+
+    def to_arviz(self) -> Any:
+        """An ``arviz.InferenceData`` with the draws as ``posterior`` and the log
+        densities as ``sample_stats.lp`` (needs the ``arviz`` extra)."""
+        az = _optional("arviz", "arviz", "to_arviz()")
+        posterior = {name: self.draws[:, :, i] for i, name in enumerate(self.param_names)}
+        return az.from_dict(posterior=posterior, sample_stats={"lp": self.log_density})
+
+    def to_getdist(self, label: str | None = None) -> Any:
+        """A ``getdist.MCSamples`` of the chains (needs the ``getdist`` extra); warm-up
+        is already dropped."""
+        getdist = _optional("getdist", "getdist", "to_getdist()")
+        return getdist.MCSamples(
+            samples=[np.asarray(c) for c in self.draws],
+            loglikes=[-np.asarray(lp) for lp in self.log_density],
+            names=list(self.param_names),
+            labels=list(self.param_names),
+            label=label,
+            sampler="mcmc",
+            ignore_rows=0,
+        )
+
+    def save_getdist(self, root: str | os.PathLike[str]) -> list[Path]:
+        """Write the chains as GetDist (and Cobaya) text chains: ``root_1.txt``,
+        ``root_2.txt``, ... one per chain, each row ``weight  -log(posterior)
+        parameters...`` (weight 1, a ``#`` header naming the columns), and
+        ``root.paramnames``, one ``name<TAB>label`` per parameter. Returns the paths
+        written. ``getdist.loadMCSamples(root)`` reads them."""
+        base = Path(root)
+        base.parent.mkdir(parents=True, exist_ok=True)
+        written = []
+        header = "  ".join(["weight", "minuslogpost", *self.param_names])
+        for c in range(self.chains):
+            path = base.with_name(f"{base.name}_{c + 1}.txt")
+            table = np.column_stack(
+                [np.ones(self.draws.shape[1]), -self.log_density[c], self.draws[c]]
+            )
+            np.savetxt(path, table, fmt="%.17g", delimiter="  ", header=header)
+            written.append(path)
+        names = base.with_name(base.name + ".paramnames")
+        names.write_text("".join(f"{n}\t{n}\n" for n in self.param_names), encoding="utf-8")
+        written.append(names)
+        return written
+
+    def to_csv(self, path: str | os.PathLike[str]) -> Path:
+        """One row per draw: ``chain,draw,log_density,<parameters>`` with a header."""
+        out = Path(path)
+        with out.open("w", newline="", encoding="utf-8") as f:
+            writer = csv.writer(f)
+            names = [_cell(n) for n in self.param_names]
+            writer.writerow(["chain", "draw", "log_density", *names])
+            for c in range(self.chains):
+                for k in range(self.draws.shape[1]):
+                    writer.writerow(
+                        [c, k, _num(self.log_density[c, k]), *map(_num, self.draws[c, k])]
+                    )
+        return out
+
+
+def _cell(name: str) -> str:
+    """A name a spreadsheet will not read as a formula."""
+    return "'" + name if name[:1] in ("=", "+", "-", "@") else name
+
+
+def _num(value: float) -> str:
+    return repr(float(value)) if math.isfinite(value) else str(float(value))

@@ -1,0 +1,623 @@
+"""``kameleon.sample``: one call that samples a Python log density, in process or through
+a Kameleon service, and returns a :class:`~kameleon.result.Result`.
+
+In process (``url=None``) it runs :func:`kameleon.core.run.sample`. With a URL it
+creates a session and runs ``workers`` workers, each asking for proposals with a lease,
+evaluating them and stepping (tell, then ask), so that an expensive log density is
+evaluated at several points at once. Either way the same seed gives the same draws, bit
+for bit: a chain's random numbers depend only on the seed, the chain and the values told.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import secrets
+import threading
+import time
+import warnings
+from collections.abc import Callable, Mapping
+from concurrent.futures import Executor, ProcessPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from kameleon.client import Client
+from kameleon.core import DEFAULT_ALGORITHM
+from kameleon.core.checks import Finding, SamplingWarning, StopRule
+from kameleon.core.diagnostics import summarize
+from kameleon.core.initial import DEFAULT_MAX_ATTEMPTS
+from kameleon.core.run import sample as core_sample
+from kameleon.errors import Conflict
+from kameleon.models import ChainDiagnostics, Diagnostics, ParameterDiagnostics, Proposal
+from kameleon.models import Finding as ServiceFinding
+from kameleon.result import Result
+
+__all__ = ["sample"]
+
+LogDensity = Callable[[npt.NDArray[np.float64]], float]
+
+#: How often the progress bar is redrawn, and R-hat asked of a service, in seconds.
+_REFRESH, _RHAT_EVERY = 0.2, 10.0
+
+
+def sample(
+    logdensity: LogDensity,
+    dim: int | None = None,
+    initial: npt.ArrayLike | None = None,
+    algorithm: str = DEFAULT_ALGORITHM,
+    chains: int = 4,
+    iterations: int = 2000,
+    warmup: int = 1000,
+    url: str | None = None,
+    workers: int = 1,
+    seed: int | None = None,
+    progress: bool = True,
+    stop: StopRule | Mapping[str, Any] | None = None,
+    *,
+    initial_radius: float | None = None,
+    max_initial_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    param_names: list[str] | None = None,
+    pseudo_marginal: bool = False,
+    api_key: str | None = None,
+    lease_seconds: float = 60.0,
+    parallel: Literal["threads", "processes"] = "threads",
+    retry_seconds: float = 60.0,
+    **options: Any,
+) -> Result:
+    """Draws from the density ``exp(logdensity)``, in process or through a service.
+
+    Parameters
+    ----------
+    logdensity
+        Maps a point, a read-only float64 array of shape ``(dim,)``, to its log density
+        (unnormalised), ``-inf`` outside the support; or to the log of an unbiased
+        estimate of the density (then say ``pseudo_marginal=True`` to a service).
+    dim
+        Dimension; may be omitted when ``initial`` is given.
+    initial
+        Starting point, ``(dim,)`` for every chain or ``(chains, dim)``; default: each
+        chain starts at its own point drawn uniformly from ``(-2, 2)^dim``.
+    algorithm
+        ``"am"`` (default), ``"kameleon"``, ``"kmc-lite"``, ``"kmc-finite"``, ``"rwm"``.
+    chains, iterations, warmup
+        Chains; draws kept per chain after warm-up; warm-up iterations per chain.
+    url
+        ``None``: run in this process. Else a service's URL: run there.
+    workers
+        Through a service: how many points are evaluated at once, each by its own
+        worker that asks with a lease, evaluates, and steps. Threads by default (a log
+        density in numpy or C releases the GIL); ``parallel="processes"`` evaluates in
+        a process pool (``logdensity`` must then be picklable). In process: ignored.
+    seed
+        Seed of every random number; the same seed gives the same draws, in process or
+        not, whatever ``workers``. ``None``: a random seed, recorded in the result.
+    progress
+        Show a progress bar (iterations, acceptance, evaluations per second, and the
+        largest R-hat when known).
+    stop
+        A stopping rule such as ``{"rhat": 1.01, "ess": 400, "check_every": 1000}``:
+        stop before ``iterations`` once it is met.
+    initial_radius, max_initial_attempts
+        Draw starting points from ``initial ± initial_radius``; how many drawn points
+        outside the support a chain may replace (see the README, "Starting points").
+    param_names
+        One name per dimension; default ``x0, x1, ...``.
+    pseudo_marginal
+        Through a service: the told values are logs of unbiased estimates (in process
+        the current point is never evaluated again anyway).
+    api_key
+        Through a service: its API key (default ``KAMELEON_API_KEY``).
+    lease_seconds
+        Through a service: how long a worker holds a proposal; a proposal whose worker
+        died is handed out again when its lease runs out. Make it longer than one
+        evaluation.
+    parallel
+        ``"threads"`` or ``"processes"`` (see ``workers``).
+    retry_seconds
+        Through a service: how long each request is retried while the service is
+        unreachable or answers 503.
+    **options
+        The algorithm's options, e.g. ``preconditioning="dense"``.
+
+    Returns
+    -------
+    Result
+        Draws ``(chains, draws, dim)``, log densities, acceptance, diagnostics and
+        warnings; each warning is also emitted as a
+        :class:`~kameleon.core.checks.SamplingWarning`.
+
+    Raises
+    ------
+    ValueError
+        Bad arguments; a chain has no initial point inside the support; the log density
+        is NaN or ``+inf``.
+    """
+    dim, initial = _dim(dim, initial, chains)
+    if workers < 1:
+        raise ValueError("workers must be positive")
+    if parallel not in ("threads", "processes"):
+        raise ValueError("parallel must be 'threads' or 'processes'")
+    names = list(param_names) if param_names is not None else [f"x{i}" for i in range(dim)]
+    if len(names) != dim:
+        raise ValueError(f"{len(names)} param_names for dim {dim}")
+    if seed is None:
+        seed = secrets.randbits(32)
+    rule = StopRule.of(stop) if stop is not None else None
+    run = _Run(
+        logdensity=logdensity,
+        dim=dim,
+        initial=initial,
+        algorithm=algorithm,
+        chains=chains,
+        iterations=iterations,
+        warmup=warmup,
+        seed=seed,
+        rule=rule,
+        initial_radius=initial_radius,
+        max_initial_attempts=max_initial_attempts,
+        names=names,
+        options=options,
+        progress=progress,
+    )
+    if url is None:
+        result = _in_process(run)
+    else:
+        result = _served(
+            run,
+            url,
+            workers=workers,
+            api_key=api_key,
+            lease_seconds=lease_seconds,
+            parallel=parallel,
+            pseudo_marginal=pseudo_marginal,
+            retry_seconds=retry_seconds,
+        )
+    for finding in result.warnings:
+        warnings.warn(SamplingWarning(finding), stacklevel=2)
+    return result
+
+
+def _dim(
+    dim: int | None, initial: npt.ArrayLike | None, chains: int
+) -> tuple[int, npt.NDArray[np.float64] | None]:
+    if initial is None:
+        if dim is None:
+            raise ValueError("give dim, or initial (its length is the dimension)")
+        return int(dim), None
+    rows = np.asarray(initial, dtype=np.float64)
+    if rows.ndim not in (1, 2) or rows.shape[-1] == 0:
+        raise ValueError("initial must have shape (dim,) or (chains, dim)")
+    if rows.ndim == 2 and rows.shape[0] not in (1, chains):
+        raise ValueError(f"initial has {rows.shape[0]} rows for {chains} chains")
+    if dim is not None and int(dim) != rows.shape[-1]:
+        raise ValueError(f"initial has {rows.shape[-1]} coordinates, dim is {dim}")
+    return int(rows.shape[-1]), rows
+
+
+@dataclass
+class _Run:
+    logdensity: LogDensity
+    dim: int
+    initial: npt.NDArray[np.float64] | None
+    algorithm: str
+    chains: int
+    iterations: int
+    warmup: int
+    seed: int
+    rule: StopRule | None
+    initial_radius: float | None
+    max_initial_attempts: int
+    names: list[str]
+    options: dict[str, Any]
+    progress: bool
+
+
+# ---------------------------------------------------------------------- progress
+
+
+@dataclass
+class _Progress:
+    """A tqdm bar of iterations (transitions) with acceptance, evaluations per second and
+    R-hat; a no-op when off. Thread-safe: workers count, one thread draws."""
+
+    total: int
+    enabled: bool
+    started: float = field(default_factory=time.monotonic)
+    iterations: int = 0
+    accepted: int = 0
+    evaluations: int = 0
+    r_hat: float | None = None
+    acceptance_known: bool = True
+    _shown: int = 0
+    _drawn_at: float = 0.0
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _bar: Any = None
+
+    def __post_init__(self) -> None:
+        if self.enabled:
+            from tqdm.auto import tqdm
+
+            self._bar = tqdm(total=self.total, unit="it", desc="sampling", dynamic_ncols=True)
+
+    def count(self, evaluations: int, iterations: int, accepted: int) -> None:
+        with self._lock:
+            self.evaluations += evaluations
+            self.iterations += iterations
+            self.accepted += accepted
+
+    def draw(self, force: bool = False) -> None:
+        if self._bar is None:
+            return
+        now = time.monotonic()
+        if not force and now - self._drawn_at < _REFRESH:
+            return
+        self._drawn_at = now
+        with self._lock:
+            n, accepted, evaluations = self.iterations, self.accepted, self.evaluations
+        self._bar.update(n - self._shown)
+        self._shown = n
+        fields = {"eval/s": f"{evaluations / max(now - self.started, 1e-9):.3g}"}
+        if n and self.acceptance_known:
+            fields["acc"] = f"{accepted / n:.2f}"
+        if self.r_hat is not None and not math.isnan(self.r_hat):
+            fields["r_hat"] = f"{self.r_hat:.3f}"
+        self._bar.set_postfix(fields, refresh=False)
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self.draw(force=True)
+            self._bar.close()
+
+
+# -------------------------------------------------------------------- in process
+
+
+def _in_process(run: _Run) -> Result:
+    """Run :func:`kameleon.core.run.sample`, recording each evaluated point's value."""
+    total = run.chains * (run.warmup + run.iterations + 1)  # + each initial point
+    bar = _Progress(total, run.progress, acceptance_known=False)
+    told: list[float] = []
+    index: dict[bytes, int] = {}  # point -> its entry in `told` (the latest evaluation)
+    fn = run.logdensity
+
+    def recorded(x: npt.NDArray[np.float64]) -> float:
+        value = float(fn(x))
+        index[x.tobytes()] = len(told)
+        told.append(value)
+        if bar.enabled:
+            bar.count(1, 1, 0)
+            bar.draw()
+        return value
+
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", SamplingWarning)
+            draws = core_sample(
+                recorded,
+                run.dim,
+                algorithm=run.algorithm,
+                chains=run.chains,
+                iterations=run.iterations,
+                warmup=run.warmup,
+                initial=run.initial,
+                initial_radius=run.initial_radius,
+                max_initial_attempts=run.max_initial_attempts,
+                seed=run.seed,
+                options=run.options,
+                stop=run.rule,
+                warn=True,
+            )
+    except BaseException:
+        bar.close()
+        raise
+    findings = []
+    for w in caught:
+        if isinstance(w.message, SamplingWarning):
+            findings.append(_renamed(w.message.finding, run.names))
+        else:  # not ours: pass it on as it was
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+    m, n, _ = draws.shape
+    positions = np.full((m, n), -1, dtype=np.int64)
+    for c in range(m):
+        for k in range(n):
+            positions[c, k] = index.get(draws[c, k].tobytes(), -1)
+    values = np.asarray(told, dtype=np.float64)
+    log_density = np.where(positions >= 0, values[np.maximum(positions, 0)], np.nan)
+    acceptance = np.array([_acceptance(draws[c], positions[c]) for c in range(m)])
+    diagnostics = _local_diagnostics(draws, run, acceptance)
+    bar.r_hat = diagnostics.max_r_hat
+    bar.close()
+    return Result(
+        draws=draws,
+        log_density=log_density,
+        acceptance=acceptance,
+        param_names=run.names,
+        diagnostics=diagnostics,
+        warnings=findings,
+        seed=run.seed,
+        algorithm=run.algorithm,
+        warmup=run.warmup,
+    )
+
+
+def _acceptance(chain: npt.NDArray[np.float64], evaluated: npt.NDArray[np.int64]) -> float:
+    """The fraction of a chain's post-warm-up proposals that were accepted.
+
+    A draw that differs from the one before is an accepted proposal, one that equals it
+    a rejected one (a proposal equal to the current point has probability zero). The
+    first draw's predecessor (the last warm-up draw) is not returned; its proposal was
+    accepted exactly when the first draw was evaluated by that transition, which is
+    ``k`` evaluations before the proposal accepted at the first move ``k`` draws later
+    (a chain's evaluations run in one go: every chain without a stopping rule, and with
+    one, each ``check_every`` transitions). Without a move, it counts as rejected.
+    """
+    n = int(chain.shape[0])
+    if n == 0:
+        return math.nan
+    moved = np.any(chain[1:] != chain[:-1], axis=1)
+    first = np.flatnonzero(moved)
+    accepted_first = False
+    if first.size:
+        k = int(first[0]) + 1  # the draw index of the first move
+        accepted_first = bool(evaluated[0] >= 0 and evaluated[0] == evaluated[k] - k)
+    return float(int(moved.sum()) + int(accepted_first)) / n
+
+
+def _local_diagnostics(
+    draws: npt.NDArray[np.float64], run: _Run, acceptance: npt.NDArray[np.float64]
+) -> Diagnostics:
+    n = draws.shape[1]
+    parameters = [
+        ParameterDiagnostics(
+            name=p["name"],
+            mean=p["mean"],
+            sd=p["sd"],
+            mcse_mean=p["mcse_mean"],
+            ess_bulk=p["ess_bulk"],
+            ess_tail=p["ess_tail"],
+            r_hat=p["r_hat"],
+        )
+        for p in (summarize(draws, run.names) if n else [])
+    ]
+    chains = [
+        ChainDiagnostics(
+            chain=c,
+            iterations=run.warmup + n,
+            draws=n,
+            acceptance_rate=None if math.isnan(a) else float(a),
+        )
+        for c, a in enumerate(acceptance)
+    ]
+    return Diagnostics(draws=n, parameters=parameters, chains=chains, warnings=[])
+
+
+def _renamed(finding: Finding, names: list[str]) -> Finding:
+    """A finding of ``core.run.sample`` (which names parameters x0, x1, ...) in the
+    user's parameter names."""
+    if finding.parameter is None:
+        return finding
+    match = re.fullmatch(r"x(\d+)", finding.parameter)
+    if match is None or int(match.group(1)) >= len(names):
+        return finding
+    name = names[int(match.group(1))]
+    message = re.sub(rf"\b{re.escape(finding.parameter)}\b", lambda _: name, finding.message)
+    return Finding(finding.code, name, finding.chain, finding.value, finding.threshold, message)
+
+
+# ------------------------------------------------------------ through a service
+
+
+class _Stop(Exception):
+    """Raised inside a worker when the run is over or failed elsewhere."""
+
+
+def _served(
+    run: _Run,
+    url: str,
+    *,
+    workers: int,
+    api_key: str | None,
+    lease_seconds: float,
+    parallel: str,
+    pseudo_marginal: bool,
+    retry_seconds: float,
+) -> Result:
+    def connect() -> Client:
+        return Client(url, api_key=api_key, retry_seconds=retry_seconds)
+
+    total = run.warmup + run.iterations
+    if total < 1:
+        raise ValueError("warmup + iterations must be positive")
+    with connect() as client:
+        session = client.create_session(
+            run.dim,
+            algorithm=run.algorithm,
+            chains=run.chains,
+            initial=run.initial,
+            initial_radius=run.initial_radius,
+            max_initial_attempts=run.max_initial_attempts,
+            seed=run.seed,
+            pseudo_marginal=pseudo_marginal or None,
+            warmup=run.warmup,
+            max_iterations=total,
+            param_names=run.names,
+            options=run.options,
+            stop=None
+            if run.rule is None
+            else {
+                "rhat": run.rule.rhat,
+                "ess": run.rule.ess,
+                "check_every": run.rule.check_every,
+            },
+        )
+        bar = _Progress(run.chains * total, run.progress)
+        pool: Executor | None = (
+            ProcessPoolExecutor(max_workers=workers) if parallel == "processes" else None
+        )
+        state = _Shared(bar=bar)
+        batch = max(1, math.ceil(run.chains / workers))
+        threads = [
+            threading.Thread(
+                target=_worker,
+                args=(connect, session.id, run.logdensity, pool, batch, lease_seconds, state),
+                name=f"kameleon-worker-{w}",
+                daemon=True,
+            )
+            for w in range(workers)
+        ]
+        try:
+            for t in threads:
+                t.start()
+            last_rhat = time.monotonic()
+            while any(t.is_alive() for t in threads):
+                for t in threads:
+                    t.join(timeout=_REFRESH / len(threads))
+                bar.draw()
+                if bar.enabled and time.monotonic() - last_rhat > _RHAT_EVERY:
+                    last_rhat = time.monotonic()
+                    bar.r_hat = _rhat(client, session.id)
+        except BaseException:
+            state.stop.set()
+            for t in threads:
+                t.join()
+            raise
+        finally:
+            bar.close()
+            if pool is not None:
+                pool.shutdown(cancel_futures=True)
+        if state.error is not None:
+            raise state.error
+        if state.needs_initial:
+            summary = client.get_session(session.id)
+            stuck = [c.chain for c in summary.chain_summaries if c.status == "needs_initial_point"]
+            raise ValueError(
+                f"the log density of the initial point is -inf (chains {stuck}; "
+                f"session {session.id} waits for a reset)"
+            )
+        draws = client.draws(session.id)
+        diagnostics = client.diagnostics(session.id)
+    acceptance = np.full(run.chains, np.nan)
+    for ch in diagnostics.chains:
+        if ch.acceptance_rate is not None and ch.chain < run.chains:
+            acceptance[ch.chain] = ch.acceptance_rate
+    log_density = draws.log_density
+    assert log_density is not None  # JSON pages carry them
+    return Result(
+        draws=draws.draws,
+        log_density=log_density,
+        acceptance=acceptance,
+        param_names=draws.param_names or run.names,
+        diagnostics=diagnostics,
+        warnings=[_core_finding(w) for w in diagnostics.warnings],
+        seed=run.seed,
+        algorithm=run.algorithm,
+        warmup=run.warmup,
+        session=session.id,
+        url=client.url,
+    )
+
+
+@dataclass
+class _Shared:
+    bar: _Progress
+    stop: threading.Event = field(default_factory=threading.Event)
+    error: BaseException | None = None
+    needs_initial: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def fail(self, error: BaseException) -> None:
+        with self.lock:
+            if self.error is None:
+                self.error = error
+        self.stop.set()
+
+
+def _worker(
+    connect: Callable[[], Client],
+    session_id: str,
+    logdensity: LogDensity,
+    pool: Executor | None,
+    batch: int,
+    lease_seconds: float,
+    state: _Shared,
+) -> None:
+    """Ask, evaluate, step, until the session is done or the run stops."""
+    try:
+        with connect() as client:
+            answer = client.ask(session_id, max=batch, lease_seconds=lease_seconds)
+            idle = 0.005
+            while not state.stop.is_set():
+                if answer.status == "needs_initial_point":
+                    state.needs_initial = True
+                    state.stop.set()
+                    return
+                if not answer.proposals:
+                    if answer.done:
+                        return
+                    # Every free chain is leased to another worker: wait and ask again.
+                    state.stop.wait(idle)
+                    idle = min(idle * 2, 0.2)
+                    answer = client.ask(session_id, max=batch, lease_seconds=lease_seconds)
+                    continue
+                idle = 0.005
+                results = _evaluate(answer.proposals, logdensity, pool, state)
+                answer = _step(client, session_id, results, batch, lease_seconds, state)
+    except _Stop:
+        return
+    except BaseException as exc:
+        state.fail(exc)
+
+
+def _evaluate(
+    proposals: list[Proposal], logdensity: LogDensity, pool: Executor | None, state: _Shared
+) -> list[tuple[str, float]]:
+    results = []
+    for p in proposals:
+        if state.stop.is_set():
+            raise _Stop
+        x = np.array(p.x, dtype=np.float64)
+        x.flags.writeable = False
+        value = float(pool.submit(logdensity, x).result() if pool is not None else logdensity(x))
+        if math.isnan(value) or value == math.inf:
+            raise ValueError(f"the log density at {x.tolist()} is {value}; it must be < +inf")
+        results.append((p.id, value))
+    return results
+
+
+def _step(
+    client: Client,
+    session_id: str,
+    results: list[tuple[str, float]],
+    batch: int,
+    lease_seconds: float,
+    state: _Shared,
+) -> Any:
+    """Tell ``results`` and ask for more; on a 409 drop the ids it names and resend."""
+    pending = results
+    while True:
+        try:
+            answer = client.step(session_id, pending, max=batch, lease_seconds=lease_seconds)
+        except Conflict as exc:
+            if not exc.ids:
+                raise
+            # Another worker answered these first (our lease ran out): its value stands.
+            pending = [r for r in pending if r[0] not in set(exc.ids)]
+            continue
+        counts = [r.outcome for r in answer.results]
+        moved = counts.count("accepted") + counts.count("rejected")
+        state.bar.count(len(results), moved, counts.count("accepted"))
+        return answer
+
+
+def _rhat(client: Client, session_id: str) -> float | None:
+    try:
+        return client.diagnostics(session_id).max_r_hat
+    except Exception:  # the bar is a nicety: never fail a run for it
+        return None
+
+
+def _core_finding(w: ServiceFinding) -> Finding:
+    return Finding(w.code, w.parameter, w.chain, w.value, w.threshold, w.message)

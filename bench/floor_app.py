@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-BODY = b'{"results":[{"id":"c0.i1","outcome":"accepted"}],"proposals":[],"status":"sampling","done":false}'
+BODY = b'{"results":[{"id":"c0.i1","chain":0,"outcome":"accepted"}],"proposals":[],"status":"sampling","done":false}'
 HEADERS = [(b"content-type", b"application/json"), (b"content-length", str(len(BODY)).encode())]
 
 

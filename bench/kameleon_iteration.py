@@ -18,8 +18,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from core import SAMPLERS
-from core.targets import Banana
+from kameleon.core import SAMPLERS
+from kameleon.core.targets import Banana
 
 
 def main() -> None:

@@ -18,12 +18,13 @@ import http.client
 import json
 import multiprocessing as mp
 import os
+import socket
 import statistics
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
@@ -31,10 +32,7 @@ import orjson
 import redis
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from tests.servers import KAMELEON, free_port, serving  # noqa: E402
-
+KAMELEON = str(Path(sys.executable).with_name("kameleon"))
 JSON_HEADERS = {"content-type": "application/json"}
 
 
@@ -53,6 +51,48 @@ class Client:
         self.conn.request("GET", path)
         response = self.conn.getresponse()
         return response.status, response.read()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def answers(port: int, request: Callable[[Client], tuple[int, bytes]]) -> bool:
+    """Whether a server on ``port`` answers ``request`` yet."""
+    try:
+        request(Client(port))
+    except OSError:
+        return False
+    return True
+
+
+@contextmanager
+def running(
+    argv: list[str],
+    port: int,
+    ready: Callable[[Client], tuple[int, bytes]],
+    env: dict[str, str] | None = None,
+) -> Iterator[int]:
+    """Run ``argv`` (from the repository root) until it answers ``ready``; yield its port;
+    stop it."""
+    proc = subprocess.Popen(argv, cwd=ROOT, env={**os.environ, **(env or {})})
+    try:
+        deadline = time.monotonic() + 30
+        while not answers(port, ready):
+            if proc.poll() is not None:
+                raise RuntimeError(f"{argv} exited with {proc.returncode}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{argv} did not answer")
+            time.sleep(0.1)
+        yield port
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
 
 
 def logp(x: list[float]) -> float:
@@ -82,21 +122,8 @@ def floor_server() -> Iterator[int]:
         "--log-level",
         "warning",
     ]
-    proc = subprocess.Popen(argv, cwd=ROOT)
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                Client(port).post("/", {})
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
+    with running(argv, port, lambda client: client.post("/", {})):
         yield port
-    finally:
-        proc.terminate()
-        proc.wait()
 
 
 @contextmanager
@@ -110,7 +137,7 @@ def service(store: str, workers: int, redis_url: str, prefix: str) -> Iterator[i
         "KAMELEON_PORT": str(port),
         "KAMELEON_MAX_ASK": "4096",
     }
-    with serving([KAMELEON, "serve"], env, port):
+    with running([KAMELEON, "serve"], port, lambda client: client.get("/v1/health"), env):
         yield port
 
 
@@ -185,10 +212,10 @@ def redis_bytes_per_iteration(
     measured over ``sample`` steps at each iteration count in ``at``; in process."""
     import asyncio
 
-    from service.config import Settings
-    from service.schemas import SessionCreate, TellResult
-    from service.sessions import SessionService
-    from service.store.redis_store import RedisStore
+    from kameleon.service.config import Settings
+    from kameleon.service.schemas import SessionCreate, TellResult
+    from kameleon.service.sessions import SessionService
+    from kameleon.service.store.redis_store import RedisStore
 
     async def run() -> dict[int, tuple[float, float]]:
         store = RedisStore.from_url(url, prefix=prefix)

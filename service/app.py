@@ -9,10 +9,12 @@ from typing import Any
 
 from fastapi import FastAPI
 
+from kameleon.core import DEFAULT_ALGORITHM, SAMPLERS
 from kameleon.core.linalg import single_threaded_blas
 from kameleon.service import __version__, errors
 from kameleon.service.config import Settings
 from kameleon.service.limits import BodySizeLimit
+from kameleon.service.options import document_options
 from kameleon.service.routes import draws, health, operation_id, sampling, sessions
 from kameleon.service.sessions import SessionService
 from kameleon.service.store.base import Store
@@ -111,6 +113,7 @@ def _problem_json_errors(app: FastAPI) -> None:
         schemas = spec["components"]["schemas"]
         for unused in ("HTTPValidationError", "ValidationError"):
             schemas.pop(unused, None)
+        document_options(spec, SAMPLERS, DEFAULT_ALGORITHM)
         app.openapi_schema = spec
         return spec
 

@@ -88,7 +88,15 @@ class Settings(BaseSettings):
     max_iterations_limit: int = Field(100_000_000, ge=1)
     default_lease_seconds: float = Field(60.0, gt=0)
     max_lease_seconds: float = Field(24 * 3600.0, gt=0)
-    draws_page_size: int = Field(10_000, ge=1, description="Draws per chain in one page.")
+    draws_page_size: int = Field(
+        10_000,
+        ge=1,
+        description="Draws in one page of `GET .../draws`, over all the chains it selects "
+        "(the default of its `page_size`).",
+    )
+    max_draws_page_size: int = Field(
+        100_000, ge=1, description="Largest `page_size` a client may ask of `GET .../draws`."
+    )
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
 
     @field_validator("api_key_hashes")

@@ -98,6 +98,12 @@ def problem_response(status: int, type_: str, title: str, detail: str, **extra: 
         "detail": detail,
     }
     body.update(extra)
+    if "errors" not in body:
+        # One shape for every error: ``errors`` names each offending field or id.
+        if "ids" in body:
+            body["errors"] = [{"id": str(i), "message": detail} for i in body["ids"]]
+        elif "field" in body:
+            body["errors"] = [{"field": str(body["field"]), "message": detail}]
     headers = {"Retry-After": "1"} if status == 503 else None
     try:
         content = orjson.dumps(body)

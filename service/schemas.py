@@ -425,11 +425,22 @@ class Health(BaseModel):
     version: str
 
 
+class ProblemError(BaseModel):
+    """One offending field (dotted path into the body or a query parameter) or id."""
+
+    field: str | None = None
+    id: str | None = None
+    message: str
+
+
 class ProblemDetail(BaseModel):
-    """RFC 9457 problem details."""
+    """RFC 9457 problem details. ``errors`` names every offending field or proposal id
+    (for a 409, ``ids`` lists the ids too: drop them and resend the rest)."""
 
     type: str
     title: str
     status: int
     detail: str
-    errors: list[dict[str, str]] | None = None
+    errors: list[ProblemError] | None = None
+    ids: list[str] | None = None
+    field: str | None = None

@@ -28,11 +28,13 @@ _FORMATS = {
 
 
 def _next_url(request: Request, next_start: int | None) -> str | None:
+    """The next page as a reference relative to this request's URL (``draws?...``), so
+    that it resolves behind a proxy that serves the API under a path prefix."""
     if next_start is None:
         return None
     params = dict(request.query_params)
     params["start"] = str(next_start)
-    return f"{request.url.path}?{urlencode(params)}"
+    return f"draws?{urlencode(params)}"
 
 
 def _json(names: list[str], slices: list[ChainSlice], thin: int, next_url: str | None) -> Response:
@@ -120,15 +122,32 @@ async def get_draws(
     thin: Annotated[int, Query(ge=1, le=1_000_000)] = 1,
     include_warmup: bool = False,
     format: Literal["json", "csv", "npy"] = "json",
+    page_size: Annotated[
+        int | None,
+        Query(
+            ge=1,
+            description="Most draws in one page, over all the selected chains (split "
+            "evenly between them, at least one each); default and maximum are settings "
+            "(10 000 and 100 000 unless configured).",
+        ),
+    ] = None,
 ) -> Response:
-    """The chains' draws (post-warm-up unless ``include_warmup``), paged: at most the
-    configured page size per chain, and ``next`` names the rest."""
+    """The chains' draws (post-warm-up unless ``include_warmup``), paged: at most
+    ``page_size`` draws a page over the selected chains, and ``next`` (JSON) or the
+    ``Link`` header (CSV, NPY) names the rest as a reference relative to the request's
+    URL. Without ``start`` and ``stop``, follow ``next`` until it is null to get every
+    draw; the SDK and ``kameleon export`` do."""
     meta = await sessions.meta(session_id, owner)
     if chain is not None and chain >= meta.chains:
         raise errors.NotFound(f"no chain {chain} in this session")
     if stop is not None and stop < start:
         raise errors.Unprocessable("stop must not be less than start", field="stop")
-    page_rows = max(1, settings.draws_page_size // (1 if chain is not None else meta.chains))
+    if page_size is not None and page_size > settings.max_draws_page_size:
+        raise errors.Unprocessable(
+            f"page_size is over the limit of {settings.max_draws_page_size}", field="page_size"
+        )
+    size = page_size if page_size is not None else settings.draws_page_size
+    page_rows = max(1, size // (1 if chain is not None else meta.chains))
     query = DrawsQuery(chain, start, stop, thin, include_warmup)
     slices, next_start = await sessions.draws(meta, query, page_rows)
     next_url = _next_url(request, next_start)

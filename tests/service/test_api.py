@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
+from urllib.parse import urljoin
 
 import httpx
 import numpy as np
@@ -548,7 +549,9 @@ def test_draws_are_paged(make_client: ClientFactory) -> None:
     def pages(**query: Any) -> list[Json]:
         out = [draws(client, sid, **query)]
         while out[-1]["next"] is not None:
-            response = client.get(out[-1]["next"])
+            # A reference relative to the page's URL: it resolves under a path prefix.
+            assert out[-1]["next"].startswith("draws?")
+            response = client.get(urljoin(f"/v1/sessions/{sid}/draws", out[-1]["next"]))
             assert response.status_code == 200, response.text
             out.append(response.json())
         return out
@@ -573,10 +576,28 @@ def test_draws_are_paged(make_client: ClientFactory) -> None:
     while "link" in response.headers:
         next_url = response.headers["link"].split(">")[0].lstrip("<")
         assert response.headers["link"].endswith('rel="next"')
-        response = client.get(next_url)
+        response = client.get(urljoin(str(response.url), next_url))
         assert response.status_code == 200, response.text
         rows += response.text.splitlines()[1:]
     assert [int(row.split(",")[1]) for row in rows] == list(range(6, 13))
+
+
+def test_draws_page_size_is_a_parameter(make_client: ClientFactory) -> None:
+    client = make_client(Settings(draws_page_size=4, max_draws_page_size=10))
+    sid = create(client, warmup=0)["id"]
+    run(client, sid, 12)
+    # 6 draws a page over 2 chains: 3 per chain, so 12 draws per chain take 4 pages.
+    page = draws(client, sid, page_size=6)
+    assert [len(c["draws"]) for c in page["chains"]] == [3, 3]
+    assert "page_size=6" in page["next"]
+    second = client.get(urljoin(f"/v1/sessions/{sid}/draws", page["next"])).json()
+    assert [c["start"] for c in second["chains"]] == [3, 3]
+    # One page of all of it, and a page size over the limit is refused.
+    whole = draws(client, sid, chain=0, page_size=10)
+    assert len(whole["chains"][0]["draws"]) == 10
+    refused = client.get(f"/v1/sessions/{sid}/draws", params={"page_size": 11})
+    assert refused.status_code == 422
+    assert refused.json()["errors"][0]["field"] == "page_size"
 
 
 def test_draws_as_csv(client: TestClient, drawn: str) -> None:

@@ -6,7 +6,7 @@ A sampler is a module with the same names in each (BlackJAX style):
     The registry name (``"rwm"``, ``"kameleon"``, ...).
 ``Params``
     A frozen dataclass of options with the fields ``dim`` and ``warmup``, which the
-    session sets. Every other field has a documented default; the :func:`parse_params`
+    session sets. Every other field has a documented default; the :func:`core.options.parse_params`
     helper validates a plain mapping of options into it.
 ``State``
     A frozen dataclass, a subclass of :class:`ChainState` (the fields every chain has),
@@ -16,7 +16,7 @@ A sampler is a module with the same names in each (BlackJAX style):
 ``make_params(dim, options, *, warmup) -> Params``
     Validated options for a chain of dimension ``dim`` whose first ``warmup``
     iterations are warm-up. Unknown options raise :class:`OptionError`. Every sampler's
-    is :func:`params_parser` of its ``Params``.
+    is :func:`core.options.params_parser` of its ``Params``.
 ``init(position, params, *, seed, chain) -> State``
     A chain waiting for its initial point to be evaluated.
 ``ask(state, params) -> Proposal``
@@ -40,15 +40,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import types
-import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
+from kameleon.core.options import MakeParams, OptionError, params_parser, parse_params
 from kameleon.core.rng import Stream, generator
 
 __all__ = [
@@ -79,15 +78,6 @@ __all__ = [
 FloatArray = npt.NDArray[np.float64]
 Outcome = Literal["initialized", "outside_support", "accepted", "rejected"]
 ADAPTATION_MODES = ("warmup", "diminishing")
-
-
-class OptionError(ValueError):
-    """An option is unknown, has the wrong type, or is out of range."""
-
-    def __init__(self, option: str, message: str) -> None:
-        super().__init__(f"{option}: {message}")
-        self.option = option
-        self.message = message
 
 
 def frozen_array(values: Any) -> FloatArray:
@@ -158,13 +148,6 @@ class ChainParams(Protocol):
 
 S = TypeVar("S", bound=ChainState)
 P = TypeVar("P", bound=ChainParams)
-P_co = TypeVar("P_co", covariant=True)
-
-
-class MakeParams(Protocol[P_co]):
-    """``make_params(dim, options, *, warmup) -> Params`` (see :func:`params_parser`)."""
-
-    def __call__(self, dim: int, options: Mapping[str, Any], *, warmup: int) -> P_co: ...
 
 
 class Sampler(Protocol):
@@ -183,99 +166,6 @@ class Sampler(Protocol):
     def tell(
         self, state: Any, params: Any, proposal: Proposal, logdensity: float
     ) -> tuple[Any, StepInfo]: ...
-
-
-# --------------------------------------------------------------------------- options
-
-
-#: Largest integer option: exact in a JSON number in any language.
-MAX_OPTION_INT = 2**53
-
-
-def _check_type(name: str, value: Any, annotation: Any) -> Any:
-    """Coerce ``value`` to ``annotation`` (bool, int, float, str, Literal, Optional)."""
-    origin = typing.get_origin(annotation)
-    if origin in (typing.Union, types.UnionType):
-        args = typing.get_args(annotation)
-        if value is None and type(None) in args:
-            return None
-        errors = []
-        for arg in args:
-            if arg is type(None):
-                continue
-            try:
-                return _check_type(name, value, arg)
-            except OptionError as exc:
-                errors.append(exc.message)
-        raise OptionError(name, "; ".join(errors))
-    if origin is Literal:
-        allowed = typing.get_args(annotation)
-        if value not in allowed:
-            raise OptionError(name, f"must be one of {list(allowed)}")
-        return value
-    if annotation is bool:
-        if not isinstance(value, bool):
-            raise OptionError(name, "must be a boolean")
-        return value
-    if annotation is int:
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise OptionError(name, "must be an integer")
-        if abs(value) > MAX_OPTION_INT:
-            raise OptionError(name, f"must be at most {MAX_OPTION_INT} in magnitude")
-        return value
-    if annotation is float:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise OptionError(name, "must be a number")
-        value = float(value)
-        if not math.isfinite(value):
-            raise OptionError(name, "must be finite")
-        return value
-    if annotation is str:
-        if not isinstance(value, str):
-            raise OptionError(name, "must be a string")
-        return value
-    raise OptionError(name, f"unsupported option type {annotation!r}")  # pragma: no cover
-
-
-def parse_params(cls: type, options: Mapping[str, Any], **fixed: Any) -> Any:
-    """Build the frozen ``Params`` dataclass ``cls`` from user ``options``.
-
-    ``fixed`` are values set by the session, not by options (``dim``, ``warmup``).
-    Unknown options and options of the wrong type raise :class:`OptionError`; range
-    checks live in the dataclass's ``__post_init__``, which raises ``OptionError`` too.
-    """
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
-    settable = set(fields) - set(fixed)
-    unknown = sorted(set(options) - settable)
-    if unknown:
-        raise OptionError(unknown[0], f"unknown option; known options are {sorted(settable)}")
-    values = {name: _check_type(name, value, hints[name]) for name, value in options.items()}
-    return cls(**values, **fixed)
-
-
-def params_parser(cls: type[P]) -> MakeParams[P]:
-    """A sampler's ``make_params`` for its ``Params`` dataclass ``cls``: the session fixes
-    ``dim`` and ``warmup``, the user's options set the rest (:func:`parse_params`)."""
-
-    def make_params(dim: int, options: Mapping[str, Any], *, warmup: int) -> P:
-        return parse_params(cls, options, dim=dim, warmup=warmup)  # type: ignore[no-any-return]
-
-    make_params.__doc__ = f"Validated :class:`{cls.__qualname__}` for a chain of dimension ``dim``."
-    return make_params
-
-
-def describe_params(cls: type, **fixed: Any) -> dict[str, Any]:
-    """The options of ``cls`` with their defaults (for documentation and summaries)."""
-    out: dict[str, Any] = {}
-    for f in dataclasses.fields(cls):
-        if f.name in fixed or not f.init:
-            continue
-        if f.default is not dataclasses.MISSING:
-            out[f.name] = f.default
-    return out
 
 
 # --------------------------------------------------------------------------- steps

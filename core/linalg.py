@@ -47,7 +47,7 @@ def jittered_cholesky(matrix: FloatArray) -> FloatArray:
         finite.
 
     KAMH's proposal covariance has its own factorisation
-    (``core.samplers.kameleon._covariance_cholesky``): it factors the matrix it has just
+    (``core.kamh_proposal.covariance_cholesky``): it factors the matrix it has just
     built in place with LAPACK's ``dpotrf``, twice per iteration, and adds its jitter
     cumulatively in steps of 100. Replacing either with this function would change
     draws: numpy's and scipy's Cholesky factors differ in the last bits for about a

@@ -46,14 +46,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 import numpy as np
 from scipy.linalg.blas import dtrsv
-from scipy.linalg.lapack import dpotrf
 
 from kameleon.core import preconditioning
 from kameleon.core.adaptation import Welford, adapt_probability, learning_rate, robbins_monro
@@ -69,7 +66,14 @@ from kameleon.core.base import (
     new_chain_fields,
     params_parser,
 )
-from kameleon.core.linalg import jittered_cholesky
+from kameleon.core.kamh_proposal import (
+    FACTORS,
+    log_density_cholesky,
+    log_density_whitened,
+    log_density_woodbury,
+    proposal_log_density,
+    sample_proposal,
+)
 from kameleon.core.preconditioning import (
     PRECONDITIONING_COLD_FIELDS,
     Preconditioner,
@@ -96,7 +100,6 @@ __all__ = [
 
 NAME = "kameleon"
 
-_LOG_2PI = math.log(2.0 * math.pi)
 # Rows of the subsample that enter the median heuristic: the O(m^2 d) median is
 # recomputed whenever the subsample changes (often, during warm-up), and 200 rows
 # (19900 pairs) pin the median down to a few percent.
@@ -236,151 +239,6 @@ def init(position: Any, params: Params, *, seed: int, chain: int) -> State:
     )
 
 
-# --------------------------------------------------------------------------- proposal
-
-
-def _covariance_cholesky(gamma2: float, scale2: float, M: FloatArray) -> FloatArray:
-    """Lower Cholesky factor of ``R = gamma2 I + scale2 M^T H M`` (``d x d``).
-
-    ``M^T H M = M^T M - n m m^T`` with ``m`` the mean row of ``M``: ``O(n d^2 + d^3)``.
-    ``R`` is positive definite, but when ``scale2`` dwarfs ``gamma2`` rounding can make
-    the computed matrix indefinite; then ``R + delta I`` with the smallest ``delta`` of
-    ``10^-12, 10^-10, ...`` times its mean diagonal that factors is used. Sampling and
-    both densities go through this one function, so the proposal stays consistent. (Not
-    :func:`core.linalg.jittered_cholesky`, which would change the draws: see there.)
-    """
-    n, d = M.shape
-    m = np.ones(n) @ M
-    R = M.T @ M
-    R -= np.outer(m, m / n)
-    R *= scale2
-    R.flat[:: d + 1] += gamma2
-    L, info = dpotrf(R, lower=1)
-    if info == 0:
-        return L  # type: ignore[no-any-return]
-    mean_diagonal = float(np.trace(R)) / d
-    for exponent in range(-12, 0, 2):
-        R.flat[:: d + 1] += mean_diagonal * 10.0**exponent
-        L, info = dpotrf(R, lower=1)
-        if info == 0:
-            return L  # type: ignore[no-any-return]
-    raise np.linalg.LinAlgError("proposal covariance is not positive definite")
-
-
-def _log_density_whitened(w: FloatArray, log_det: float) -> float:
-    """``log N(r; 0, R)`` from ``w`` with ``||w||^2 = r^T R^{-1} r`` and ``log det R``."""
-    return -0.5 * (w.size * _LOG_2PI + log_det + float(w @ w))
-
-
-def _log_det_cholesky(L: FloatArray) -> float:
-    return 2.0 * float(np.log(np.diagonal(L)).sum())
-
-
-def log_density_cholesky(r: FloatArray, gamma2: float, scale2: float, M: FloatArray) -> float:
-    """``log N(r; 0, R)``, ``R = gamma2 I + scale2 M^T H M``, by a Cholesky factor of ``R``.
-
-    ``O(n d^2 + d^3)``: the branch for ``d <= n``.
-    """
-    L = _covariance_cholesky(gamma2, scale2, M)
-    return _log_density_whitened(dtrsv(L, r, lower=1), _log_det_cholesky(L))
-
-
-def log_density_woodbury(r: FloatArray, gamma2: float, scale2: float, M: FloatArray) -> float:
-    """``log N(r; 0, R)``, ``R = gamma2 I + scale2 M^T H M``, through ``n x n`` matrices.
-
-    With ``G = H M`` (centred rows), ``rho = scale2 / gamma2``,
-    ``S = I_n + rho G G^T = L_S L_S^T`` and ``w = L_S^{-1} G r``:
-    ``log det R = d log gamma2 + log det S`` (matrix determinant lemma) and
-    ``r^T R^{-1} r = (||r||^2 - rho ||w||^2) / gamma2`` (Woodbury). ``O(n^2 d + n^3)``
-    and no ``d x d`` matrix: the branch for ``d > n``.
-    """
-    n = M.shape[0]
-    rho = scale2 / gamma2
-    G = M - M.mean(axis=0)
-    S = G @ G.T
-    S *= rho
-    S.flat[:: n + 1] += 1.0
-    L = jittered_cholesky(S)  # S >= I in exact arithmetic; jitter absorbs rounding
-    w = dtrsv(L, G @ r, lower=1)
-    log_det = r.size * math.log(gamma2) + _log_det_cholesky(L)
-    quad = (float(r @ r) - rho * float(w @ w)) / gamma2
-    return -0.5 * (r.size * _LOG_2PI + log_det + quad)
-
-
-def proposal_log_density(r: FloatArray, gamma2: float, scale2: float, M: FloatArray) -> float:
-    """``log N(r; 0, gamma2 I + scale2 M^T H M)``; the branch is chosen by ``min(n, d)``.
-
-    ``M`` has shape ``(n, d)`` and ``H = I_n - 1 1^T / n`` centres its rows.
-    """
-    n, d = M.shape
-    if d <= n:
-        return log_density_cholesky(r, gamma2, scale2, M)
-    return log_density_woodbury(r, gamma2, scale2, M)
-
-
-def sample_proposal(
-    rng: np.random.Generator, gamma: float, scale2: float, M: FloatArray
-) -> tuple[FloatArray, float]:
-    """A draw ``r ~ N(0, R)``, ``R = gamma^2 I + scale2 M^T H M``, and ``log N(r; 0, R)``.
-
-    When ``d <= n`` the Cholesky factor ``L`` of ``R``, which the density needs anyway,
-    also gives the draw ``r = L e`` (``d`` normals). When ``d > n``,
-    ``r = gamma u + sqrt(scale2) M^T H v`` with ``u ~ N(0, I_d)`` and ``v ~ N(0, I_n)``
-    (``H`` is symmetric and idempotent, so the covariance is ``R``): ``O(n d)``, no
-    ``d x d`` matrix.
-    """
-    n, d = M.shape
-    if d <= n:
-        L = _covariance_cholesky(gamma * gamma, scale2, M)
-        e = rng.standard_normal(size=(d,))
-        return L @ e, _log_density_whitened(e, _log_det_cholesky(L))
-    u = rng.standard_normal(size=(d,))
-    v = rng.standard_normal(size=(n,))
-    r = gamma * u + math.sqrt(scale2) * (v @ M - v.mean() * M.sum(axis=0))
-    return r, log_density_woodbury(r, gamma * gamma, scale2, M)
-
-
-class _FactorCache:
-    """Recently computed Cholesky factors of ``R_y``, so that ``ask`` factors once.
-
-    Each ``ask`` needs the factor at the current point ``x`` and at the proposal ``x*``;
-    the next ``ask`` starts from one of the two. The factor is a pure function of
-    ``(y, Z, l, gamma^2, s)``, so remembering it changes no result; entries hold their
-    ``Z`` so that its identity in the key stays unique, and the cache is bounded in bytes.
-    """
-
-    def __init__(self, max_bytes: int) -> None:
-        self.max_bytes = max_bytes
-        self.bytes = 0
-        self._entries: OrderedDict[tuple[Any, ...], tuple[FloatArray, FloatArray, float]] = (
-            OrderedDict()
-        )
-        self._lock = threading.Lock()
-
-    def get(
-        self, y: FloatArray, Z: FloatArray, bandwidth: float, gamma2: float, scale2: float
-    ) -> tuple[FloatArray, float]:
-        key = (id(Z), Z.shape, y.tobytes(), bandwidth, gamma2, scale2)
-        with self._lock:
-            hit = self._entries.get(key)
-            if hit is not None:
-                self._entries.move_to_end(key)
-                return hit[1], hit[2]
-        L = _covariance_cholesky(gamma2, scale2, gaussian_kernel_grad(y, Z, bandwidth))
-        log_det = _log_det_cholesky(L)
-        with self._lock:
-            if key not in self._entries:
-                self._entries[key] = (Z, L, log_det)
-                self.bytes += L.nbytes
-                while self.bytes > self.max_bytes and self._entries:
-                    _, (_, old, _) = self._entries.popitem(last=False)
-                    self.bytes -= old.nbytes
-        return L, log_det
-
-
-_FACTORS = _FactorCache(max_bytes=64 * 2**20)
-
-
 def _proposal_subsample(state: State) -> FloatArray:
     return state.reservoir if state.subsample is None else state.subsample
 
@@ -432,13 +290,13 @@ def _propose(state: State, params: Params, rng: np.random.Generator) -> tuple[Fl
     if params.dim <= Z.shape[0]:
         # Both densities by Cholesky factors of R at x and at x*; the factor at x was
         # usually computed by the previous ask (x was its x* or its x).
-        L, log_det = _FACTORS.get(x, Z, bandwidth, gamma2, scale2)
+        L, log_det = FACTORS.get(x, Z, bandwidth, gamma2, scale2)
         e = rng.standard_normal(size=(params.dim,))
         step = L @ e
-        log_q_forward = _log_density_whitened(e, log_det)
+        log_q_forward = log_density_whitened(e, log_det)
         x_new = x + step
-        L_new, log_det_new = _FACTORS.get(x_new, Z, bandwidth, gamma2, scale2)
-        log_q_backward = _log_density_whitened(dtrsv(L_new, -step, lower=1), log_det_new)
+        L_new, log_det_new = FACTORS.get(x_new, Z, bandwidth, gamma2, scale2)
+        log_q_backward = log_density_whitened(dtrsv(L_new, -step, lower=1), log_det_new)
     else:
         M = gaussian_kernel_grad(x, Z, bandwidth)
         step, log_q_forward = sample_proposal(rng, params.gamma, scale2, M)

@@ -10,9 +10,9 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from kameleon.core import SAMPLERS
-from kameleon.core.base import OptionError, describe_params
 from kameleon.core.checks import StopRule
 from kameleon.core.initial import DEFAULT_MAX_ATTEMPTS, initial_point, start_radius
+from kameleon.core.options import OptionError, describe_params
 from kameleon.service.config import Settings
 from kameleon.service.jsonio import dumps
 from kameleon.service.sessions.errors import Invalid

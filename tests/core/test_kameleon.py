@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from kameleon.core import kamh_proposal
 from kameleon.core.base import FloatArray, OptionError, Proposal, frozen_array
 from kameleon.core.preconditioning import PRECONDITIONING_COLD_FIELDS
 from kameleon.core.reservoir import reservoir_update
@@ -347,15 +348,15 @@ def test_remembered_factors_change_no_proposal() -> None:
         proposal = kameleon.ask(state, params)
         state, _ = kameleon.tell(state, params, proposal, target.logdensity(proposal.position))
     remembered = kameleon.ask(state, params)
-    kameleon._FACTORS._entries.clear()
-    kameleon._FACTORS.bytes = 0
+    kamh_proposal.FACTORS._entries.clear()
+    kamh_proposal.FACTORS.bytes = 0
     fresh = kameleon.ask(state, params)
     np.testing.assert_array_equal(remembered.position, fresh.position)
     assert remembered.log_correction == fresh.log_correction
 
 
 def test_factor_cache_stays_within_its_budget() -> None:
-    cache = kameleon._FactorCache(max_bytes=10 * 8 * 8 * 8)
+    cache = kamh_proposal.FactorCache(max_bytes=10 * 8 * 8 * 8)
     Z = np.random.default_rng(0).standard_normal((20, 8))
     for i in range(50):
         cache.get(np.full(8, float(i)), Z, 2.0, 0.04, 0.1)
@@ -367,7 +368,7 @@ def test_covariance_that_rounding_makes_indefinite_still_factors() -> None:
     a jitter of 1e-12 of its mean diagonal (or more) is added."""
     M = np.random.default_rng(3).standard_normal((30, 6))
     M[:, 5] = M[:, 4] * (1 + 1e-9)  # nearly rank deficient
-    L = kameleon._covariance_cholesky(1e-18, 1.0, M)
+    L = kamh_proposal.covariance_cholesky(1e-18, 1.0, M)
     R = M.T @ M - np.outer(M.sum(0), M.sum(0) / 30)
     assert np.all(np.isfinite(L)) and np.all(np.diag(L) > 0)
     np.testing.assert_allclose(L @ L.T, R, atol=1e-8 * np.trace(R))

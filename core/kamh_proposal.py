@@ -1,0 +1,179 @@
+"""The KAMH proposal ``N(y, gamma^2 I + s M^T H M)``: draws, densities, factor cache.
+
+``M`` is the ``n x d`` matrix of kernel-gradient rows at ``y`` (see
+:mod:`core.samplers.kameleon` for the construction) and ``H = I_n - 1 1^T / n`` centres
+its rows. When ``d <= n`` one Cholesky factor of the ``d x d`` covariance gives both the
+draw and the density; when ``d > n`` the draw is ``O(n d)`` and the density goes through
+``n x n`` matrices (matrix determinant lemma and Woodbury's identity), so no ``d x d``
+matrix is formed. The covariance is never inverted.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections import OrderedDict
+from typing import Any
+
+import numpy as np
+from scipy.linalg.blas import dtrsv
+from scipy.linalg.lapack import dpotrf
+
+from kameleon.core.base import FloatArray
+from kameleon.core.linalg import jittered_cholesky
+from kameleon.core.rkhs import gaussian_kernel_grad
+
+__all__ = [
+    "FACTORS",
+    "FactorCache",
+    "covariance_cholesky",
+    "log_density_cholesky",
+    "log_density_whitened",
+    "log_density_woodbury",
+    "proposal_log_density",
+    "sample_proposal",
+]
+
+_LOG_2PI = math.log(2.0 * math.pi)
+
+
+def covariance_cholesky(gamma2: float, scale2: float, M: FloatArray) -> FloatArray:
+    """Lower Cholesky factor of ``R = gamma2 I + scale2 M^T H M`` (``d x d``).
+
+    ``M^T H M = M^T M - n m m^T`` with ``m`` the mean row of ``M``: ``O(n d^2 + d^3)``.
+    ``R`` is positive definite, but when ``scale2`` dwarfs ``gamma2`` rounding can make
+    the computed matrix indefinite; then ``R + delta I`` with the smallest ``delta`` of
+    ``10^-12, 10^-10, ...`` times its mean diagonal that factors is used. Sampling and
+    both densities go through this one function, so the proposal stays consistent. (Not
+    :func:`core.linalg.jittered_cholesky`, which would change the draws: see there.)
+    """
+    n, d = M.shape
+    m = np.ones(n) @ M
+    R = M.T @ M
+    R -= np.outer(m, m / n)
+    R *= scale2
+    R.flat[:: d + 1] += gamma2
+    L, info = dpotrf(R, lower=1)
+    if info == 0:
+        return L  # type: ignore[no-any-return]
+    mean_diagonal = float(np.trace(R)) / d
+    for exponent in range(-12, 0, 2):
+        R.flat[:: d + 1] += mean_diagonal * 10.0**exponent
+        L, info = dpotrf(R, lower=1)
+        if info == 0:
+            return L  # type: ignore[no-any-return]
+    raise np.linalg.LinAlgError("proposal covariance is not positive definite")
+
+
+def log_density_whitened(w: FloatArray, log_det: float) -> float:
+    """``log N(r; 0, R)`` from ``w`` with ``||w||^2 = r^T R^{-1} r`` and ``log det R``."""
+    return -0.5 * (w.size * _LOG_2PI + log_det + float(w @ w))
+
+
+def log_det_cholesky(L: FloatArray) -> float:
+    return 2.0 * float(np.log(np.diagonal(L)).sum())
+
+
+def log_density_cholesky(r: FloatArray, gamma2: float, scale2: float, M: FloatArray) -> float:
+    """``log N(r; 0, R)``, ``R = gamma2 I + scale2 M^T H M``, by a Cholesky factor of ``R``.
+
+    ``O(n d^2 + d^3)``: the branch for ``d <= n``.
+    """
+    L = covariance_cholesky(gamma2, scale2, M)
+    return log_density_whitened(dtrsv(L, r, lower=1), log_det_cholesky(L))
+
+
+def log_density_woodbury(r: FloatArray, gamma2: float, scale2: float, M: FloatArray) -> float:
+    """``log N(r; 0, R)``, ``R = gamma2 I + scale2 M^T H M``, through ``n x n`` matrices.
+
+    With ``G = H M`` (centred rows), ``rho = scale2 / gamma2``,
+    ``S = I_n + rho G G^T = L_S L_S^T`` and ``w = L_S^{-1} G r``:
+    ``log det R = d log gamma2 + log det S`` (matrix determinant lemma) and
+    ``r^T R^{-1} r = (||r||^2 - rho ||w||^2) / gamma2`` (Woodbury). ``O(n^2 d + n^3)``
+    and no ``d x d`` matrix: the branch for ``d > n``.
+    """
+    n = M.shape[0]
+    rho = scale2 / gamma2
+    G = M - M.mean(axis=0)
+    S = G @ G.T
+    S *= rho
+    S.flat[:: n + 1] += 1.0
+    L = jittered_cholesky(S)  # S >= I in exact arithmetic; jitter absorbs rounding
+    w = dtrsv(L, G @ r, lower=1)
+    log_det = r.size * math.log(gamma2) + log_det_cholesky(L)
+    quad = (float(r @ r) - rho * float(w @ w)) / gamma2
+    return -0.5 * (r.size * _LOG_2PI + log_det + quad)
+
+
+def proposal_log_density(r: FloatArray, gamma2: float, scale2: float, M: FloatArray) -> float:
+    """``log N(r; 0, gamma2 I + scale2 M^T H M)``; the branch is chosen by ``min(n, d)``.
+
+    ``M`` has shape ``(n, d)`` and ``H = I_n - 1 1^T / n`` centres its rows.
+    """
+    n, d = M.shape
+    if d <= n:
+        return log_density_cholesky(r, gamma2, scale2, M)
+    return log_density_woodbury(r, gamma2, scale2, M)
+
+
+def sample_proposal(
+    rng: np.random.Generator, gamma: float, scale2: float, M: FloatArray
+) -> tuple[FloatArray, float]:
+    """A draw ``r ~ N(0, R)``, ``R = gamma^2 I + scale2 M^T H M``, and ``log N(r; 0, R)``.
+
+    When ``d <= n`` the Cholesky factor ``L`` of ``R``, which the density needs anyway,
+    also gives the draw ``r = L e`` (``d`` normals). When ``d > n``,
+    ``r = gamma u + sqrt(scale2) M^T H v`` with ``u ~ N(0, I_d)`` and ``v ~ N(0, I_n)``
+    (``H`` is symmetric and idempotent, so the covariance is ``R``): ``O(n d)``, no
+    ``d x d`` matrix.
+    """
+    n, d = M.shape
+    if d <= n:
+        L = covariance_cholesky(gamma * gamma, scale2, M)
+        e = rng.standard_normal(size=(d,))
+        return L @ e, log_density_whitened(e, log_det_cholesky(L))
+    u = rng.standard_normal(size=(d,))
+    v = rng.standard_normal(size=(n,))
+    r = gamma * u + math.sqrt(scale2) * (v @ M - v.mean() * M.sum(axis=0))
+    return r, log_density_woodbury(r, gamma * gamma, scale2, M)
+
+
+class FactorCache:
+    """Recently computed Cholesky factors of ``R_y``, so that ``ask`` factors once.
+
+    Each ``ask`` needs the factor at the current point ``x`` and at the proposal ``x*``;
+    the next ``ask`` starts from one of the two. The factor is a pure function of
+    ``(y, Z, l, gamma^2, s)``, so remembering it changes no result; entries hold their
+    ``Z`` so that its identity in the key stays unique, and the cache is bounded in bytes.
+    """
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self.bytes = 0
+        self._entries: OrderedDict[tuple[Any, ...], tuple[FloatArray, FloatArray, float]] = (
+            OrderedDict()
+        )
+        self._lock = threading.Lock()
+
+    def get(
+        self, y: FloatArray, Z: FloatArray, bandwidth: float, gamma2: float, scale2: float
+    ) -> tuple[FloatArray, float]:
+        key = (id(Z), Z.shape, y.tobytes(), bandwidth, gamma2, scale2)
+        with self._lock:
+            hit = self._entries.get(key)
+            if hit is not None:
+                self._entries.move_to_end(key)
+                return hit[1], hit[2]
+        L = covariance_cholesky(gamma2, scale2, gaussian_kernel_grad(y, Z, bandwidth))
+        log_det = log_det_cholesky(L)
+        with self._lock:
+            if key not in self._entries:
+                self._entries[key] = (Z, L, log_det)
+                self.bytes += L.nbytes
+                while self.bytes > self.max_bytes and self._entries:
+                    _, (_, old, _) = self._entries.popitem(last=False)
+                    self.bytes -= old.nbytes
+        return L, log_det
+
+
+FACTORS = FactorCache(max_bytes=64 * 2**20)

@@ -255,13 +255,15 @@ def _scout_propose(state: Any, params: Any, rng: np.random.Generator) -> tuple[F
     ), 0.0
 
 
-def window_ends(w: int, dim: int) -> tuple[int, ...]:
+def window_ends(w: int, dim: int, minimum: int | None = None) -> tuple[int, ...]:
     """The last iterations of the scouting windows: ``w / 32, w / 16, ..., w / 2, w``,
-    leaving out any that would make a window shorter than the minimum."""
+    leaving out any that would make a window shorter than ``minimum`` states (default:
+    what the scouting run needs, :func:`_min_window`)."""
+    shortest = _min_window(dim) if minimum is None else minimum
     ends: list[int] = []
     for k in (5, 4, 3, 2, 1):
         end = w >> k
-        if end - (ends[-1] if ends else 0) >= _min_window(dim) and w - end >= _min_window(dim):
+        if end - (ends[-1] if ends else 0) >= shortest and w - end >= shortest:
             ends.append(end)
     return (*ends, w)
 

@@ -98,7 +98,8 @@ class Params:
     windows
         In ``"warmup"`` mode, estimate the covariance in windows of doubling length that
         end at ``warmup / 32, ..., warmup / 2, warmup``
-        (:func:`core.preconditioning.window_ends`), each starting from the previous
+        (:func:`core.preconditioning.window_ends`; those that would hold fewer than
+        ``adapt_start`` states are merged into the next), each starting from the previous
         window's estimate with ``lambda`` back at 1, as Stan's warm-up does (default
         true). A scale that the first proposals got wrong by orders of magnitude is then
         corrected geometrically rather than by diffusion, and the post-warm-up proposal
@@ -226,7 +227,13 @@ def _adapt(
 
 
 def _window_ends(params: Params) -> tuple[int, ...]:
-    """The warm-up iterations after which a new window starts (all but the last end)."""
+    """The warm-up iterations after which a new window starts (all but the last end).
+
+    A window holds at least ``adapt_start`` states, the number the covariance estimate
+    needs before it is used: a shorter window would hand the next one an estimate from
+    a handful of correlated states (in d = 8 with a 1000-iteration warm-up, windows of 31
+    states took the smallest bulk ESS of 16 000 draws of a standard normal from about
+    600 to 25)."""
     if not params.windows or params.adaptation != "warmup":
         return ()
-    return window_ends(params.warmup, params.dim)[:-1]
+    return window_ends(params.warmup, params.dim, minimum=params.start)[:-1]

@@ -193,10 +193,10 @@ def test_out_of_range_options_are_refused(options: dict[str, object]) -> None:
 
 
 def test_windows_restart_the_estimate_and_the_scale_at_doubling_ends() -> None:
-    params = am.make_params(2, {}, warmup=640)
-    ends = (20, 40, 80, 160, 320)  # 640 / 32, ..., 640 / 2
+    params = am.make_params(2, {}, warmup=3200)
+    ends = (100, 200, 400, 800, 1600)  # 3200 / 32, ..., 3200 / 2
     state = _initialised(params, np.zeros(2))
-    for t in range(1, 641):
+    for t in range(1, 3201):
         proposal = am.ask(state, params)
         state, _ = am.tell(
             state, params, proposal, -0.5 * float(proposal.position @ proposal.position)
@@ -204,7 +204,31 @@ def test_windows_restart_the_estimate_and_the_scale_at_doubling_ends() -> None:
         if t in ends:
             assert state.moments.count == 0 and state.log_lambda == 0.0
             assert state.window_covariance is not None
-    assert state.moments.count == 320  # the last window, (320, 640]
+    assert state.moments.count == 1600  # the last window, (1600, 3200]
+
+
+@pytest.mark.parametrize(
+    ("warmup", "options", "ends"),
+    [
+        (640, {}, (160, 320)),  # 20, 40 and 80 would hold fewer than adapt_start = 100
+        (640, {"adapt_start": 20}, (20, 40, 80, 160, 320)),
+        (150, {}, ()),  # one window: the whole warm-up
+    ],
+)
+def test_a_window_holds_at_least_adapt_start_states(
+    warmup: int, options: dict[str, int], ends: tuple[int, ...]
+) -> None:
+    params = am.make_params(2, options, warmup=warmup)
+    state = _initialised(params, np.zeros(2))
+    restarts = []
+    for t in range(1, warmup + 1):
+        proposal = am.ask(state, params)
+        state, _ = am.tell(
+            state, params, proposal, -0.5 * float(proposal.position @ proposal.position)
+        )
+        if state.moments.count == 0:
+            restarts.append(t)
+    assert tuple(restarts) == ends
 
 
 def test_windows_find_scales_a_million_apart() -> None:

@@ -324,8 +324,10 @@ class AskResponse(BaseModel):
 class TellResult(_Request):
     id: Annotated[str, StringConstraints(min_length=1, max_length=100)]
     log_density: LogDensity
-    gradient: list[Finite] | None = Field(
-        None, description="Gradient of the log density; ignored by gradient-free algorithms."
+    gradient: list[Any] | None = Field(
+        None,
+        description="Gradient of the log density at the proposal, for algorithms that use "
+        "gradients (none of this version's): the others ignore it, unchecked.",
     )
 
 

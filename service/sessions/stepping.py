@@ -40,7 +40,7 @@ class Result(Protocol):
     @property
     def log_density(self) -> float: ...
     @property
-    def gradient(self) -> Sequence[float] | None: ...
+    def gradient(self) -> Sequence[Any] | None: ...
 
 
 @functools.lru_cache(maxsize=64)
@@ -264,11 +264,6 @@ def _parse(meta: SessionMeta, results: Sequence[Result]) -> list[Told]:
         if pid is None:
             raise Invalid(
                 f"results[{i}].id: {result.id!r} is not a proposal id", field=f"results.{i}.id"
-            )
-        if result.gradient is not None and len(result.gradient) != meta.dim:
-            raise Invalid(
-                f"results[{i}].gradient must have {meta.dim} values",
-                field=f"results.{i}.gradient",
             )
         told.append(Told(i, pid, result.log_density))
     return told

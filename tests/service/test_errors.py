@@ -255,22 +255,6 @@ CASES = [
     case("id-epoch-past-init", "POST", TELL, told(-1.0, "c0.e1.i4"), 422, "id"),
     case("id-too-long", "POST", TELL, told(-1.0, "c0.i" + "4" * 100), 422, "id"),
     case(
-        "gradient-wrong-length",
-        "POST",
-        TELL,
-        results({"id": "c0.i4", "log_density": -1.0, "gradient": [1.0]}),
-        422,
-        "gradient",
-    ),
-    case(
-        "gradient-nan",
-        "POST",
-        TELL,
-        results({"id": "c0.i4", "log_density": -1.0, "gradient": [NAN, 0.0]}),
-        422,
-        "gradient",
-    ),
-    case(
         "result-unknown-field",
         "POST",
         TELL,
@@ -290,13 +274,6 @@ CASES = [
         "tell-batch-one-nan", "POST", TELL, results(NEXT[0], {**NEXT[1], "log_density": NAN}), 422
     ),
     case("tell-batch-one-bad-id", "POST", TELL, results(NEXT[0], {**NEXT[1], "id": "x"}), 422),
-    case(
-        "tell-batch-one-bad-gradient",
-        "POST",
-        TELL,
-        results(NEXT[0], {**NEXT[1], "gradient": [0.0]}),
-        422,
-    ),
     # --------------------------------------------------------------------------- step
     case("step-nan", "POST", STEP, told(NAN), 422, "log_density"),
     case("step-max-negative", "POST", STEP, {"results": NEXT, "max": -1}, 422, "max"),

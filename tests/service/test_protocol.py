@@ -1,0 +1,421 @@
+"""Conformance: one test per statement of PROTOCOL.md, over HTTP, on both stores.
+
+Each test quotes the statement it checks. The other HTTP tests go deeper into each
+feature; this module is the checklist a client author can read against the protocol.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import time
+from typing import Any
+from urllib.parse import urljoin
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.service.conftest import ProblemCheck
+
+Json = dict[str, Any]
+
+
+@pytest.fixture
+def api(module_client: TestClient) -> TestClient:
+    return module_client
+
+
+@pytest.fixture
+def sessions(api: TestClient) -> Any:
+    """``new(**fields)``: create a session (a 2-d rwm with 2 chains unless told
+    otherwise); every session is deleted after the test."""
+    made: list[str] = []
+
+    def new(**fields: Any) -> Json:
+        body = {"algorithm": "rwm", "dim": 2, "chains": 2, "seed": 3, "warmup": 2, **fields}
+        response = api.post("/v1/sessions", json=body)
+        assert response.status_code == 201, response.text
+        made.append(response.json()["id"])
+        summary: Json = response.json()
+        return summary
+
+    yield new
+    for sid in made:
+        api.delete(f"/v1/sessions/{sid}")
+
+
+def post(api: TestClient, sid: str, verb: str, body: Any, status: int = 200) -> Json:
+    response = api.post(f"/v1/sessions/{sid}/{verb}", json=body)
+    assert response.status_code == status, response.text
+    answer: Json = response.json()
+    return answer
+
+
+def ask(api: TestClient, sid: str, **body: Any) -> list[Json]:
+    proposals: list[Json] = post(api, sid, "ask", body)["proposals"]
+    return proposals
+
+
+def tell(api: TestClient, sid: str, *results: Json, status: int = 200) -> Json:
+    return post(api, sid, "tell", {"results": list(results)}, status)
+
+
+def value(p: Json) -> Json:
+    """The told result of a standard normal at proposal ``p``."""
+    return {"id": p["id"], "log_density": -0.5 * sum(v * v for v in p["x"])}
+
+
+def state(api: TestClient, sid: str) -> tuple[Json, Json]:
+    """Everything a request can change: the summary and every draw."""
+    summary = api.get(f"/v1/sessions/{sid}").json()
+    draws = api.get(f"/v1/sessions/{sid}/draws", params={"include_warmup": "true"}).json()
+    return summary, draws
+
+
+def started(api: TestClient, sid: str) -> list[Json]:
+    """Tell every initial point; the chains' first proposals, leased."""
+    inits = ask(api, sid, max=64)
+    tell(api, sid, *(value(p) for p in inits))
+    return ask(api, sid, max=64)
+
+
+# ---------------------------------------------------------------------------- words
+
+
+def test_each_chain_has_at_most_one_proposal_outstanding(api: TestClient, sessions: Any) -> None:
+    """'Each chain has at most one proposal outstanding. Its id names the chain and the
+    iteration it belongs to.'"""
+    sid = sessions(chains=3)["id"]
+    first = ask(api, sid, max=10)
+    assert sorted(p["chain"] for p in first) == [0, 1, 2]
+    assert ask(api, sid, max=10) == []  # all leased
+    for p in first:
+        assert p["id"] == f"c{p['chain']}.i{p['iteration']}"
+
+
+def test_an_expired_lease_hands_out_the_same_proposal(api: TestClient, sessions: Any) -> None:
+    """'When [the lease] runs out, the same proposal (same id, same point) is handed out
+    again.'"""
+    sid = sessions(chains=1)["id"]
+    (first,) = ask(api, sid, lease_seconds=0.05)
+    time.sleep(0.1)
+    (again,) = ask(api, sid)
+    assert (again["id"], again["x"]) == (first["id"], first["x"])
+
+
+# ------------------------------------------------------------------- creating a session
+
+
+def test_the_first_proposal_is_the_initial_point(api: TestClient, sessions: Any) -> None:
+    """'Every chain's first proposal is its initial point ("kind": "init").'"""
+    sid = sessions(initial=[[0.5, -0.5]])["id"]
+    proposals = ask(api, sid, max=2)
+    assert all(p["kind"] == "init" and p["x"] == [0.5, -0.5] for p in proposals)
+    assert all(p["iteration"] == 0 for p in proposals)
+
+
+def test_an_initial_point_outside_the_support_is_redrawn(api: TestClient, sessions: Any) -> None:
+    """'An initial point whose log density is -inf gets the outcome outside_support (with
+    its chain). Without a user-given initial, the service draws a new over-dispersed
+    starting point and asks for it.'"""
+    sid = sessions(chains=1)["id"]
+    (init,) = ask(api, sid)
+    answer = tell(api, sid, {"id": init["id"], "log_density": None})
+    assert answer["results"] == [{"id": init["id"], "chain": 0, "outcome": "outside_support"}]
+    (redraw,) = ask(api, sid)
+    assert redraw["kind"] == "init" and redraw["x"] != init["x"]
+    assert redraw["id"] != init["id"]
+
+
+def test_a_given_initial_point_outside_the_support_waits_for_a_reset(
+    api: TestClient, sessions: Any
+) -> None:
+    """'With [a user-given initial], the chain's status is needs_initial_point until
+    POST /v1/sessions/{id}/chains/{chain}/reset gives it a new one.'"""
+    sid = sessions(chains=1, initial=[[1.0, 1.0]])["id"]
+    (init,) = ask(api, sid)
+    tell(api, sid, {"id": init["id"], "log_density": "-inf"})
+    assert api.get(f"/v1/sessions/{sid}").json()["status"] == "needs_initial_point"
+    assert ask(api, sid) == []
+    reset = api.post(f"/v1/sessions/{sid}/chains/0/reset", json={"initial": [0.0, 0.0]})
+    assert reset.status_code == 200, reset.text
+    (again,) = ask(api, sid)
+    assert again["kind"] == "init" and again["x"] == [0.0, 0.0]
+
+
+# ---------------------------------------------------------------------- ask, tell, step
+
+
+@pytest.mark.parametrize("spelling", [None, "-inf", "-Infinity", "bare"])
+def test_outside_the_support_has_portable_spellings(
+    api: TestClient, sessions: Any, spelling: str | None
+) -> None:
+    """'log_density is a number, or null for a point outside the support; "-inf" and the
+    bare -Infinity are also accepted.'"""
+    sid = sessions(chains=1)["id"]
+    (p,) = started(api, sid)
+    if spelling == "bare":
+        raw = '{"results": [{"id": "' + p["id"] + '", "log_density": -Infinity}]}'
+        response = api.post(f"/v1/sessions/{sid}/tell", content=raw)
+    else:
+        body = {"results": [{"id": p["id"], "log_density": spelling}]}
+        response = api.post(f"/v1/sessions/{sid}/tell", json=body)
+    assert response.status_code == 200, response.text
+    assert response.json()["results"][0]["outcome"] == "rejected"
+
+
+@pytest.mark.parametrize("bad", ["NaN", "Infinity", '"x"', "[1.0]", "true"])
+def test_nan_inf_and_non_numbers_are_refused_and_change_nothing(
+    api: TestClient, sessions: Any, assert_problem: ProblemCheck, bad: str
+) -> None:
+    """'NaN, +inf, a wrong length, a non-number: 422, and the session is unchanged.'"""
+    sid = sessions(chains=1)["id"]
+    (p,) = started(api, sid)
+    before = state(api, sid)
+    raw = '{"results": [{"id": "' + p["id"] + '", "log_density": ' + bad + "}]}"
+    response = api.post(f"/v1/sessions/{sid}/tell", content=raw)
+    assert_problem(response, 422)
+    assert state(api, sid) == before
+
+
+def test_results_come_back_in_request_order(api: TestClient, sessions: Any) -> None:
+    """'Results come back in request order, each with its id and chain.'"""
+    sid = sessions(chains=4)["id"]
+    proposals = started(api, sid)[::-1]
+    answer = tell(api, sid, *(value(p) for p in proposals))
+    assert [(r["id"], r["chain"]) for r in answer["results"]] == [
+        (p["id"], p["chain"]) for p in proposals
+    ]
+    assert {r["outcome"] for r in answer["results"]} <= {"accepted", "rejected"}
+
+
+def test_a_retold_result_is_a_duplicate_and_changes_nothing(api: TestClient, sessions: Any) -> None:
+    """'Telling an id that was already applied, with the same value, returns "duplicate"
+    and changes nothing.'"""
+    sid = sessions()["id"]
+    proposals = started(api, sid)
+    tell(api, sid, *(value(p) for p in proposals))
+    before = state(api, sid)
+    again = tell(api, sid, *(value(p) for p in proposals))
+    assert [r["outcome"] for r in again["results"]] == ["duplicate"] * len(proposals)
+    assert state(api, sid) == before
+
+
+def test_a_conflicting_value_is_a_409_and_the_first_stands(
+    api: TestClient, sessions: Any, assert_problem: ProblemCheck
+) -> None:
+    """'The same id with a different value: 409; the first value stands.' 'A 409 refuses
+    the whole request and applies nothing; its problem body lists the offending ids in
+    ids.'"""
+    sid = sessions()["id"]
+    first, second = started(api, sid)
+    tell(api, sid, value(first))
+    before = state(api, sid)
+    late = {"id": first["id"], "log_density": value(first)["log_density"] + 1.0}
+    response = api.post(f"/v1/sessions/{sid}/tell", json={"results": [value(second), late]})
+    problem = assert_problem(response, 409)
+    assert problem["ids"] == [first["id"]]
+    assert problem["errors"] == [{"id": first["id"], "message": problem["detail"]}]
+    assert state(api, sid) == before  # the good result beside it was not applied either
+
+
+@pytest.mark.parametrize("never", ["c0.i99", "c7.i1", "c0.e5.i0"])
+def test_an_id_never_issued_is_a_409(
+    api: TestClient, sessions: Any, assert_problem: ProblemCheck, never: str
+) -> None:
+    """'Telling an id that the chain never issued, or that a reset made obsolete: 409.'"""
+    sid = sessions()["id"]
+    started(api, sid)
+    before = state(api, sid)
+    response = api.post(
+        f"/v1/sessions/{sid}/tell", json={"results": [{"id": never, "log_density": -1.0}]}
+    )
+    assert assert_problem(response, 409)["ids"] == [never]
+    assert state(api, sid) == before
+
+
+def test_one_bad_result_fails_the_whole_batch_before_anything_is_applied(
+    api: TestClient, sessions: Any, assert_problem: ProblemCheck
+) -> None:
+    """'A batch is applied result by result; one bad result fails the whole request with
+    422 before anything is applied.'"""
+    sid = sessions()["id"]
+    first, second = started(api, sid)
+    before = state(api, sid)
+    raw = json.dumps({"results": [value(first), {"id": second["id"], "log_density": "oops"}]})
+    assert_problem(api.post(f"/v1/sessions/{sid}/tell", content=raw), 422)
+    assert state(api, sid) == before
+
+
+def test_pseudo_marginal_sessions_never_ask_for_the_current_state(
+    api: TestClient, sessions: Any
+) -> None:
+    """'In a pseudo-marginal session the current state's estimate is kept and never asked
+    for again; only proposals are evaluated.'"""
+    sid = sessions(chains=1, pseudo_marginal=True, warmup=0)["id"]
+    (init,) = ask(api, sid)
+    tell(api, sid, {"id": init["id"], "log_density": 0.0})
+    current = init["x"]
+    for _ in range(30):
+        (p,) = ask(api, sid)
+        assert p["kind"] == "proposal" and p["x"] != current
+        # A noisy estimate: accepted points keep the value told for them.
+        outcome = tell(api, sid, value(p))["results"][0]["outcome"]
+        if outcome == "accepted":
+            current = p["x"]
+    draws = api.get(f"/v1/sessions/{sid}/draws").json()["chains"][0]
+    assert draws["draws"][-1] == current
+
+
+def test_a_gradient_is_ignored_unchecked_by_gradient_free_algorithms(
+    api: TestClient, sessions: Any
+) -> None:
+    """'Algorithms that use gradients take "gradient": [...] beside log_density; the
+    others ignore it, unchecked.'"""
+    sid = sessions()["id"]
+    first, second = started(api, sid)
+    answer = tell(
+        api,
+        sid,
+        {**value(first), "gradient": [1.0]},  # the wrong length: not looked at
+        {**value(second), "gradient": [0.0, 0.0, 0.0, 0.0]},
+    )
+    assert [r["outcome"] in ("accepted", "rejected") for r in answer["results"]] == [True, True]
+
+
+def test_step_tells_then_asks(api: TestClient, sessions: Any) -> None:
+    """'POST /v1/sessions/{id}/step: tell, then ask, in one round trip.'"""
+    sid = sessions(chains=1)["id"]
+    (p,) = started(api, sid)
+    answer = post(api, sid, "step", {"results": [value(p)], "max": 1})
+    assert answer["results"][0]["id"] == p["id"]
+    (nxt,) = answer["proposals"]
+    assert nxt["chain"] == 0 and nxt["iteration"] == p["iteration"] + 1
+
+
+def test_a_finished_session_answers_done(api: TestClient, sessions: Any) -> None:
+    """'When every chain has reached max_iterations, ask answers "done": true with no
+    proposals.'"""
+    sid = sessions(chains=2, max_iterations=3, warmup=1)["id"]
+    proposals = ask(api, sid, max=2)
+    while proposals:
+        answer = post(api, sid, "step", {"results": [value(p) for p in proposals], "max": 2})
+        proposals = answer["proposals"]
+    answer = post(api, sid, "ask", {"max": 2})
+    assert answer["done"] is True and answer["proposals"] == []
+    summary = api.get(f"/v1/sessions/{sid}").json()
+    assert [c["iterations"] for c in summary["chain_summaries"]] == [3, 3]
+
+
+# ------------------------------------------------------------------ draws, diagnostics
+
+
+@pytest.fixture
+def sampled(api: TestClient, sessions: Any) -> str:
+    sid: str = sessions(chains=2, warmup=3, max_iterations=12, param_names=["=a", "b"])["id"]
+    proposals = ask(api, sid, max=2)
+    while proposals:
+        proposals = post(api, sid, "step", {"results": [value(p) for p in proposals], "max": 2})[
+            "proposals"
+        ]
+    return sid
+
+
+def test_draws_as_csv_have_the_documented_header_and_escape_names(
+    api: TestClient, sampled: str
+) -> None:
+    """'format=csv gives one row per draw with a header (chain,iteration,warmup,
+    log_density,<names>).' 'Parameter names are escaped in CSV.'"""
+    response = api.get(f"/v1/sessions/{sampled}/draws", params={"format": "csv"})
+    assert response.headers["content-type"].startswith("text/csv")
+    lines = response.text.splitlines()
+    assert lines[0] == "chain,iteration,warmup,log_density,'=a,b"
+    assert len(lines) == 1 + 2 * 9  # two chains, iterations 4..12 after warm-up
+
+
+def test_draws_as_npy_load_with_numpy(api: TestClient, sampled: str) -> None:
+    """'format=npy gives a float64 array of shape (chains, draws, dim) that numpy.load
+    reads.'"""
+    response = api.get(f"/v1/sessions/{sampled}/draws", params={"format": "npy"})
+    array = np.load(io.BytesIO(response.content), allow_pickle=False)
+    assert array.dtype == np.float64 and array.shape == (2, 9, 2)
+    as_json = api.get(f"/v1/sessions/{sampled}/draws").json()
+    assert array.tolist() == [c["draws"] for c in as_json["chains"]]
+
+
+def test_next_is_relative_and_pages_cover_every_draw(api: TestClient, sampled: str) -> None:
+    """'next names the rest as a relative reference, resolved against the request's URL.'
+    'The page size is documented and a parameter.'"""
+    url = f"/v1/sessions/{sampled}/draws?page_size=4"
+    rows = []
+    while url:
+        page = api.get(url).json()
+        rows += [d for c in page["chains"] for d in c["draws"]]
+        url = urljoin(url, page["next"]) if page["next"] else ""
+        assert page["next"] is None or not page["next"].startswith("/")
+    assert len(rows) == 2 * 9
+
+
+def test_diagnostics_have_the_documented_fields(api: TestClient, sampled: str) -> None:
+    """'per parameter: mean, sd, MCSE, bulk and tail ESS, split R-hat; per chain:
+    acceptance rate.'"""
+    body = api.get(f"/v1/sessions/{sampled}/diagnostics").json()
+    for p in body["parameters"]:
+        assert {"name", "mean", "sd", "mcse_mean", "ess_bulk", "ess_tail", "r_hat"} <= set(p)
+    for c in body["chains"]:
+        assert {"chain", "iterations", "acceptance_rate"} <= set(c)
+        assert c["acceptance_rate"] is None or 0 <= c["acceptance_rate"] <= 1
+
+
+# ------------------------------------------------------------------------------ errors
+
+
+def test_malformed_json_is_a_400(
+    api: TestClient, sessions: Any, assert_problem: ProblemCheck
+) -> None:
+    """'400: malformed JSON.'"""
+    sid = sessions()["id"]
+    for verb in ("ask", "tell", "step"):
+        assert_problem(api.post(f"/v1/sessions/{sid}/{verb}", content=b"{"), 400)
+    assert_problem(api.post("/v1/sessions", content=b"{"), 400)
+
+
+def test_an_unknown_session_is_a_404(api: TestClient, assert_problem: ProblemCheck) -> None:
+    """'404: no such session.'"""
+    for verb, body in (("ask", {}), ("tell", {"results": []}), ("step", {})):
+        assert_problem(api.post(f"/v1/sessions/nope/{verb}", json=body), 404)
+    assert_problem(api.get("/v1/sessions/nope"), 404)
+    assert_problem(api.get("/v1/sessions/nope/draws"), 404)
+
+
+def test_invalid_input_is_a_422_naming_the_field(
+    api: TestClient, assert_problem: ProblemCheck
+) -> None:
+    """'422: well-formed but invalid: NaN, wrong dimension, unknown algorithm or option.'
+    'Every error body has one shape (problem+json with errors, each naming its field or
+    id).'"""
+    for body, field in [
+        ({"algorithm": "nope", "dim": 2}, "body.algorithm"),
+        ({"dim": 2, "initial": [[0.0]]}, "initial"),
+        ({"algorithm": "rwm", "dim": 2, "options": {"nope": 1}}, "options"),
+    ]:
+        problem = assert_problem(api.post("/v1/sessions", json=body), 422)
+        assert any(field in e["field"] for e in problem["errors"]), problem
+
+
+def test_same_seed_and_values_give_the_same_draws(api: TestClient, sessions: Any) -> None:
+    """'Same seed, same options and the same told values per proposal give the same
+    draws, bit for bit.'"""
+    runs = []
+    for _ in range(2):
+        sid = sessions(algorithm="am", chains=2, seed=42, max_iterations=20, warmup=5)["id"]
+        proposals = ask(api, sid, max=2)
+        while proposals:
+            proposals = post(
+                api, sid, "step", {"results": [value(p) for p in proposals[::-1]], "max": 2}
+            )["proposals"]
+        runs.append(api.get(f"/v1/sessions/{sid}/draws", params={"include_warmup": "true"}))
+    assert runs[0].json()["chains"] == runs[1].json()["chains"]
+    assert all(math.isfinite(v) for c in runs[0].json()["chains"] for v in c["log_density"])

@@ -29,7 +29,7 @@ import orjson
 import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from service_bench import Client, create, logp, percentile, service  # noqa: E402
+from service_bench import Client, create, logp, percentile, service
 
 
 def _client(args: tuple[int, list[str], int, float]) -> dict[str, object]:
@@ -78,9 +78,7 @@ def main() -> None:
     try:
         with service("redis", args.service_processes, args.redis_url, prefix) as port:
             client = Client(port)
-            ids = [
-                create(client, "rwm", args.chains, warmup=100) for _ in range(args.sessions)
-            ]
+            ids = [create(client, "rwm", args.chains, warmup=100) for _ in range(args.sessions)]
             deadline = time.time() + args.seconds
             shares = [
                 (port, ids[k :: args.clients], args.chains, deadline) for k in range(args.clients)
@@ -93,9 +91,7 @@ def main() -> None:
             client = Client(port)  # the first one's idle connection was closed meanwhile
             for sid in ids:
                 _, raw = client.get(f"/v1/sessions/{sid}")
-                transitions += sum(
-                    c["iterations"] for c in orjson.loads(raw)["chain_summaries"]
-                )
+                transitions += sum(c["iterations"] for c in orjson.loads(raw)["chain_summaries"])
     finally:
         cleaner = redis.Redis.from_url(args.redis_url)
         keys = list(cleaner.scan_iter(match=f"{prefix}:*", count=1000))

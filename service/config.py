@@ -61,7 +61,10 @@ class Settings(BaseSettings):
     port: int = Field(8000, ge=0, le=65535)
     workers: int = Field(1, ge=1, le=64, description="Service processes (redis store only).")
     store: Literal["memory", "redis"] = Field("memory", description="Where sessions live.")
-    redis_url: str = Field("redis://127.0.0.1:6379/0", description="Redis URL (store=redis).")
+    redis_url: str = Field(
+        "redis://127.0.0.1:6379/0",
+        description="Redis URL (store=redis); `redis+cluster://host:port` for a Redis Cluster.",
+    )
     redis_prefix: str = Field("kameleon", description="Prefix of every Redis key.")
     session_ttl_seconds: int = Field(
         7 * 24 * 3600, ge=60, description="A session idle this long expires (redis store)."

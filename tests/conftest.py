@@ -14,7 +14,8 @@ from collections.abc import Iterator  # noqa: E402
 
 import pytest  # noqa: E402
 
-from tests.redis_server import redis_url_for_tests  # noqa: E402
+from tests.redis_cluster import Cluster, start_cluster  # noqa: E402
+from tests.redis_server import find_server_binary, redis_url_for_tests  # noqa: E402
 
 NO_REDIS = (
     "no Redis: set KAMELEON_TEST_REDIS_URL, put redis-server on PATH, or "
@@ -47,3 +48,16 @@ def redis_prefix(redis_url: str) -> Iterator[str]:
             client.delete(*keys)
     finally:
         client.close()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[Cluster]:
+    """A throwaway Redis Cluster (three primaries, a replica each) of this test session.
+    Under CI=true a missing redis-server fails the test."""
+    binary = find_server_binary()
+    if binary is None:
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(NO_REDIS)
+        pytest.skip(NO_REDIS)
+    with start_cluster(binary) as cluster:
+        yield cluster

@@ -37,6 +37,7 @@ from importlib import resources
 from typing import Any, ParamSpec, TypeVar, cast
 
 import redis.asyncio as aioredis
+from redis.asyncio.cluster import RedisCluster
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -156,11 +157,26 @@ def _args(update: ChainUpdate) -> list[Any]:
     ]
 
 
+#: URL schemes of a Redis Cluster (``redis+cluster://host:port``, with TLS
+#: ``rediss+cluster://``): the client discovers the other nodes from the one named.
+CLUSTER_SCHEMES = ("redis+cluster://", "rediss+cluster://")
+
+
+def _plain_url(url: str) -> str:
+    """``redis+cluster://h:p/0`` -> ``redis://h:p/0``."""
+    scheme, rest = url.split("://", 1)
+    return f"{scheme.removesuffix('+cluster')}://{rest}"
+
+
 class RedisStore(Store):
     name = "redis"
 
     def __init__(
-        self, client: aioredis.Redis, *, prefix: str = "kameleon", ttl_seconds: int = 604800
+        self,
+        client: aioredis.Redis | RedisCluster,
+        *,
+        prefix: str = "kameleon",
+        ttl_seconds: int = 604800,
     ) -> None:
         if not prefix or any(c in prefix for c in "{}"):
             raise ValueError("prefix must be non-empty and free of braces")
@@ -175,14 +191,20 @@ class RedisStore(Store):
     def from_url(
         cls, url: str, *, prefix: str = "kameleon", ttl_seconds: int = 604800
     ) -> RedisStore:
-        client = aioredis.Redis.from_url(
-            url,
-            decode_responses=False,
-            socket_timeout=10,
-            socket_connect_timeout=5,
-            health_check_interval=30,
-            max_connections=256,
-        )
+        options: dict[str, Any] = {
+            "decode_responses": False,
+            "socket_timeout": 10,
+            "socket_connect_timeout": 5,
+            "health_check_interval": 30,
+            "max_connections": 256,
+        }
+        client: aioredis.Redis | RedisCluster
+        if url.startswith(CLUSTER_SCHEMES):
+            # A Redis Cluster: every key of a session carries the session's hash tag, so
+            # each script and transaction runs on the one node that serves its slot.
+            client = RedisCluster.from_url(_plain_url(url), **options)
+        else:
+            client = aioredis.Redis.from_url(url, **options)
         return cls(client, prefix=prefix, ttl_seconds=ttl_seconds)
 
     def _keys(self, session_id: str) -> Keys:
@@ -256,7 +278,12 @@ class RedisStore(Store):
         more = len(ids) > limit
         ids = ids[:limit]
         meta_keys = [self._keys(i.decode()).meta for i in ids]
-        metas = cast(list[bytes | None], await self.client.mget(meta_keys) if ids else [])
+        # One GET per session rather than MGET: the sessions of a listing live on
+        # different nodes of a cluster.
+        async with self.client.pipeline(transaction=False) as pipe:
+            for key in meta_keys:
+                pipe.get(key)
+            metas = cast(list[bytes | None], await pipe.execute() if ids else [])
         gone = [i for i, m in zip(ids, metas, strict=True) if m is None]
         if gone:
             await self.client.zrem(key, *gone)
@@ -287,7 +314,7 @@ class RedisStore(Store):
         every = keys.every(chains)
         async with self.client.pipeline(transaction=True) as pipe:
             for start in range(0, len(every), 1000):
-                pipe.unlink(*every[start : start + 1000])
+                pipe.execute_command("UNLINK", *every[start : start + 1000])
             await pipe.execute()
         if owner is not None:  # else the listing drops it when it meets it
             await self.client.zrem(self._owner_key(owner), session_id)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import struct
 import time
+import uuid
 from collections.abc import AsyncIterator
 
 import pytest
@@ -30,10 +31,15 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
-@pytest.fixture(params=["memory", "redis"])
+@pytest.fixture(params=["memory", "redis", "cluster"])
 async def store(request: pytest.FixtureRequest) -> AsyncIterator[Store]:
     if request.param == "memory":
         the_store: Store = MemoryStore()
+    elif request.param == "cluster":
+        # Each test has a prefix of its own; the cluster is thrown away at the end.
+        url = request.getfixturevalue("redis_cluster").url
+        prefix = f"contract-{uuid.uuid4().hex[:12]}"
+        the_store = RedisStore.from_url(url, prefix=prefix, ttl_seconds=3600)
     else:
         url = request.getfixturevalue("redis_url")
         prefix = request.getfixturevalue("redis_prefix")

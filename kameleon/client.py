@@ -19,6 +19,7 @@ import io
 import logging
 import math
 import os
+import uuid
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -80,6 +81,7 @@ class _Call:
     body: Any = None
     params: Mapping[str, Any] | None = None
     idempotent: bool = True
+    wait: float = 0.0  # the server may hold the request this long (a long poll)
 
 
 def _log_density(value: Any) -> float | None:
@@ -113,6 +115,26 @@ def _results(results: Sequence[TellInput]) -> list[dict[str, Any]]:
 
 def _drop_none(**fields: Any) -> dict[str, Any]:
     return {k: v for k, v in fields.items() if v is not None}
+
+
+def _step_call(
+    session_id: str,
+    verb: str,
+    results: Sequence[TellInput] | None,
+    max: int | None,
+    lease_seconds: float | None,
+    wait_seconds: float | None,
+    request_id: str | None,
+) -> _Call:
+    """An ask or a step, named by a request id that its retries repeat."""
+    body = _drop_none(
+        results=None if results is None else _results(results),
+        max=max,
+        lease_seconds=lease_seconds,
+        wait_seconds=wait_seconds,
+        request_id=request_id or uuid.uuid4().hex,
+    )
+    return _Call("POST", f"sessions/{session_id}/{verb}", body, wait=wait_seconds or 0.0)
 
 
 class _Protocol:
@@ -223,6 +245,16 @@ class _Protocol:
         return str(response.url.join(ref)) if ref else None
 
 
+def _timeout(http: httpx.Client | httpx.AsyncClient, wait: float) -> Any:
+    """The client's timeouts, the read timeout lengthened by a long poll's wait."""
+    if not wait:
+        return httpx.USE_CLIENT_DEFAULT
+    base = http.timeout
+    return httpx.Timeout(
+        connect=base.connect, read=(base.read or 0.0) + wait, write=base.write, pool=base.pool
+    )
+
+
 def _log_retry(state: tenacity.RetryCallState) -> None:
     exc = state.outcome.exception() if state.outcome is not None else None
     wait = state.next_action.sleep if state.next_action is not None else 0.0
@@ -303,6 +335,7 @@ class Client(_Protocol):
                     content=None if call.body is None else orjson.dumps(call.body),
                     headers={"Content-Type": "application/json"} if call.body is not None else None,
                     params=call.params,
+                    timeout=_timeout(self._http, call.wait),
                 )
                 if response.status_code >= 400:
                     raise error_from_response(response)
@@ -378,13 +411,21 @@ class Client(_Protocol):
     # --------------------------------------------------------------- ask and tell
 
     def ask(
-        self, session_id: str, *, max: int = 1, lease_seconds: float | None = None
+        self,
+        session_id: str,
+        *,
+        max: int = 1,
+        lease_seconds: float | None = None,
+        wait_seconds: float | None = None,
+        request_id: str | None = None,
     ) -> StepAnswer:
         """Up to ``max`` proposals, each leased for ``lease_seconds`` (the service's default
-        without). A retried ask whose answer was lost leaves its proposals leased until
-        the lease runs out; then they are handed out again."""
-        body = _drop_none(max=max, lease_seconds=lease_seconds)
-        return StepAnswer.from_json(self._json(_Call("POST", f"sessions/{session_id}/ask", body)))
+        without). With nothing to hand out, the server holds the request up to
+        ``wait_seconds`` for a proposal to free up. Every call carries a ``request_id``
+        (a new one unless given) that its retries repeat, so a retried ask whose answer
+        was lost gets the same proposals back."""
+        call = _step_call(session_id, "ask", None, max, lease_seconds, wait_seconds, request_id)
+        return StepAnswer.from_json(self._json(call))
 
     def tell(self, session_id: str, results: Sequence[TellInput]) -> list[TellOutcome]:
         """Tell results, each applied exactly once (a repeat answers ``duplicate``)."""
@@ -399,10 +440,13 @@ class Client(_Protocol):
         *,
         max: int | None = None,
         lease_seconds: float | None = None,
+        wait_seconds: float | None = None,
+        request_id: str | None = None,
     ) -> StepAnswer:
-        """Tell ``results``, then ask for up to ``max`` proposals (default: one per result)."""
-        body = _drop_none(results=_results(results), max=max, lease_seconds=lease_seconds)
-        return StepAnswer.from_json(self._json(_Call("POST", f"sessions/{session_id}/step", body)))
+        """Tell ``results``, then ask for up to ``max`` proposals (default: one per result);
+        ``wait_seconds`` and ``request_id`` as for :meth:`ask`."""
+        call = _step_call(session_id, "step", results, max, lease_seconds, wait_seconds, request_id)
+        return StepAnswer.from_json(self._json(call))
 
     def reset_chain(self, session_id: str, chain: int, initial: Sequence[float]) -> ChainSummary:
         """Give ``chain`` a new initial point (it is used exactly)."""
@@ -487,6 +531,7 @@ class AsyncClient(_Protocol):
                     content=None if call.body is None else orjson.dumps(call.body),
                     headers={"Content-Type": "application/json"} if call.body is not None else None,
                     params=call.params,
+                    timeout=_timeout(self._http, call.wait),
                 )
                 if response.status_code >= 400:
                     raise error_from_response(response)
@@ -555,11 +600,16 @@ class AsyncClient(_Protocol):
         await self._json(_Call("DELETE", f"sessions/{session_id}"))
 
     async def ask(
-        self, session_id: str, *, max: int = 1, lease_seconds: float | None = None
+        self,
+        session_id: str,
+        *,
+        max: int = 1,
+        lease_seconds: float | None = None,
+        wait_seconds: float | None = None,
+        request_id: str | None = None,
     ) -> StepAnswer:
-        body = _drop_none(max=max, lease_seconds=lease_seconds)
-        doc = await self._json(_Call("POST", f"sessions/{session_id}/ask", body))
-        return StepAnswer.from_json(doc)
+        call = _step_call(session_id, "ask", None, max, lease_seconds, wait_seconds, request_id)
+        return StepAnswer.from_json(await self._json(call))
 
     async def tell(self, session_id: str, results: Sequence[TellInput]) -> list[TellOutcome]:
         body = {"results": _results(results)}
@@ -573,10 +623,11 @@ class AsyncClient(_Protocol):
         *,
         max: int | None = None,
         lease_seconds: float | None = None,
+        wait_seconds: float | None = None,
+        request_id: str | None = None,
     ) -> StepAnswer:
-        body = _drop_none(results=_results(results), max=max, lease_seconds=lease_seconds)
-        doc = await self._json(_Call("POST", f"sessions/{session_id}/step", body))
-        return StepAnswer.from_json(doc)
+        call = _step_call(session_id, "step", results, max, lease_seconds, wait_seconds, request_id)
+        return StepAnswer.from_json(await self._json(call))
 
     async def reset_chain(
         self, session_id: str, chain: int, initial: Sequence[float]

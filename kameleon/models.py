@@ -240,6 +240,7 @@ class StepAnswer:
     proposals: list[Proposal]
     status: str
     done: bool
+    next_lease_expires_at: str | None = None  # with no proposals: when one may free up
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> StepAnswer:
@@ -248,6 +249,7 @@ class StepAnswer:
             proposals=[Proposal.from_json(p) for p in doc.get("proposals") or []],
             status=str(doc.get("status", "")),
             done=bool(doc.get("done", False)),
+            next_lease_expires_at=doc.get("next_lease_expires_at"),
         )
 
 

@@ -548,7 +548,6 @@ def _worker(
     try:
         with connect() as client:
             answer = client.ask(session_id, max=batch, lease_seconds=lease_seconds)
-            idle = 0.005
             while not state.stop.is_set():
                 if answer.status == "needs_initial_point":
                     state.needs_initial = True
@@ -557,12 +556,13 @@ def _worker(
                 if not answer.proposals:
                     if answer.done:
                         return
-                    # Every free chain is leased to another worker: wait and ask again.
-                    state.stop.wait(idle)
-                    idle = min(idle * 2, 0.2)
-                    answer = client.ask(session_id, max=batch, lease_seconds=lease_seconds)
+                    # Every free chain is leased to another worker: the server holds the
+                    # ask until a proposal frees up (a long poll, a second at a time so
+                    # that a stop is seen).
+                    answer = client.ask(
+                        session_id, max=batch, lease_seconds=lease_seconds, wait_seconds=1.0
+                    )
                     continue
-                idle = 0.005
                 results = _evaluate(answer.proposals, logdensity, pool, state)
                 answer = _step(client, session_id, results, batch, lease_seconds, state)
     except _Stop:

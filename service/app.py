@@ -37,6 +37,7 @@ def build_store(settings: Settings) -> Store:
             settings.redis_url,
             prefix=settings.redis_prefix,
             ttl_seconds=settings.session_ttl_seconds,
+            timeout=settings.store_timeout_seconds,
         )
     from kameleon.service.store.memory_store import MemoryStore
 

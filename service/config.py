@@ -66,6 +66,13 @@ class Settings(BaseSettings):
         description="Redis URL (store=redis); `redis+cluster://host:port` for a Redis Cluster.",
     )
     redis_prefix: str = Field("kameleon", description="Prefix of every Redis key.")
+    store_timeout_seconds: float = Field(
+        2.0,
+        gt=0,
+        le=60,
+        description="How long a request waits for Redis before it answers 503 (nothing "
+        "changed: a write that Redis runs later than that changes nothing).",
+    )
     session_ttl_seconds: int = Field(
         7 * 24 * 3600, ge=60, description="A session idle this long expires (redis store)."
     )
@@ -91,6 +98,9 @@ class Settings(BaseSettings):
     max_iterations_limit: int = Field(100_000_000, ge=1)
     default_lease_seconds: float = Field(60.0, gt=0)
     max_lease_seconds: float = Field(24 * 3600.0, gt=0)
+    max_wait_seconds: float = Field(
+        30.0, ge=0, description="Longest `wait_seconds` (long poll) of one ask or step."
+    )
     draws_page_size: int = Field(
         10_000,
         ge=1,

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import logging
+import math
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -149,6 +151,28 @@ def install(app: FastAPI) -> None:
         app.add_exception_handler(kind, on_error)
 
 
+class _Incidents:
+    """Logs an unreachable store once per incident, not once per request: the first
+    failure, then at most one line every ``every`` seconds, with how many requests
+    failed since."""
+
+    def __init__(self, every: float = 10.0) -> None:
+        self.every = every
+        self.last = -math.inf
+        self.quiet = 0
+
+    def report(self, exc: Exception) -> None:
+        now = time.monotonic()
+        if now - self.last < self.every:
+            self.quiet += 1
+            return
+        more = f" ({self.quiet} more requests failed since the last report)" if self.quiet else ""
+        log.warning("store unavailable: %s%s", exc, more)
+        self.last, self.quiet = now, 0
+
+
+_STORE_LOG = _Incidents()
+
 _DOMAIN: dict[type[domain.ServiceError], type[Problem]] = {
     domain.NotFound: NotFound,
     domain.Invalid: Unprocessable,
@@ -179,7 +203,7 @@ def error_response(exc: Exception, where: str) -> Response:
     if isinstance(exc, SessionNotFound):
         return problem_response(404, NotFound.type, NotFound.title, "no such session")
     if isinstance(exc, StoreUnavailable):
-        log.warning("store unavailable: %s", exc)
+        _STORE_LOG.report(exc)
         return problem_response(
             503,
             ServiceUnavailable.type,

@@ -299,11 +299,35 @@ class SessionList(BaseModel):
 # ------------------------------------------------------------------------ ask, tell
 
 
+RequestId = Annotated[
+    str,
+    StringConstraints(pattern=r"^[!-~]{1,128}$"),
+    Field(
+        description="Names this request (1 to 128 printable ASCII characters, no spaces), "
+        "so that a retry of it, within the lease, gets the same proposals back instead of "
+        "others or none: a lost answer strands nothing. Use a new one per request, the "
+        "same one for its retries."
+    ),
+]
+WaitSeconds = Annotated[
+    float,
+    Strict(),
+    Field(
+        ge=0,
+        description="Long poll: when there is nothing to hand out, hold the request until "
+        "a proposal frees up or this many seconds pass (at most the configured maximum, "
+        "30 unless configured). Default 0: answer at once.",
+    ),
+]
+
+
 class AskRequest(_Request):
     max: Count = Field(1, ge=1, le=MAX_COUNT, description="Most proposals to hand out.")
     lease_seconds: Annotated[float, Strict()] | None = Field(
         None, gt=0, description="How long the proposals are reserved; default from settings."
     )
+    wait_seconds: WaitSeconds = 0.0
+    request_id: RequestId | None = None
 
 
 class ProposalOut(BaseModel):
@@ -315,10 +339,17 @@ class ProposalOut(BaseModel):
     lease_expires_at: datetime
 
 
+_NEXT_EXPIRY = (
+    "With no proposals and the session not done: when the first running lease runs out "
+    "(its proposal is handed out again then), or null if none is running."
+)
+
+
 class AskResponse(BaseModel):
     proposals: list[ProposalOut]
     status: SessionStatus = Field(description=_SESSION_STATUS)
     done: bool
+    next_lease_expires_at: datetime | None = Field(None, description=_NEXT_EXPIRY)
 
 
 class TellResult(_Request):
@@ -362,6 +393,8 @@ class StepRequest(_Request):
         description="Most proposals to hand out; default: one per result (at least 1).",
     )
     lease_seconds: Annotated[float, Strict()] | None = Field(None, gt=0)
+    wait_seconds: WaitSeconds = 0.0
+    request_id: RequestId | None = None
 
 
 class StepResponse(BaseModel):
@@ -369,6 +402,7 @@ class StepResponse(BaseModel):
     proposals: list[ProposalOut]
     status: SessionStatus = Field(description=_SESSION_STATUS)
     done: bool
+    next_lease_expires_at: datetime | None = Field(None, description=_NEXT_EXPIRY)
 
 
 class ResetRequest(_Request):

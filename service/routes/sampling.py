@@ -46,8 +46,20 @@ async def ask(
     """Up to ``max`` proposals from chains that have no live lease, each leased for
     ``lease_seconds``. A proposal whose lease ran out is handed out again: same id, same
     point. A session that is done (every chain at ``max_iterations``, or its stopping
-    rule met) hands out none and answers ``done: true``."""
-    return JSON(await sessions.ask(session_id, owner, body.max, body.lease_seconds))
+    rule met) hands out none and answers ``done: true``. With nothing to hand out, the
+    request waits up to ``wait_seconds`` for a proposal to free up (long poll), and an
+    empty answer says when the next lease runs out. A retry with the same ``request_id``
+    gets the same proposals back while their lease runs."""
+    return JSON(
+        await sessions.ask(
+            session_id,
+            owner,
+            body.max,
+            body.lease_seconds,
+            wait=body.wait_seconds,
+            request=body.request_id,
+        )
+    )
 
 
 @hot.post("/tell", name="tell", response_model=TellResponse, responses=problems(400, 404, 409, 422))
@@ -61,8 +73,20 @@ async def tell(session_id: str, body: TellRequest, sessions: SessionsDep, owner:
 
 @hot.post("/step", name="step", response_model=StepResponse, responses=problems(400, 404, 409, 422))
 async def step(session_id: str, body: StepRequest, sessions: SessionsDep, owner: OwnerDep) -> JSON:
-    """Tell, then ask, in one round trip: the fast path of the loop."""
-    return JSON(await sessions.step(session_id, owner, body.results, body.max, body.lease_seconds))
+    """Tell, then ask, in one round trip: the fast path of the loop. ``wait_seconds``
+    and ``request_id`` work as for ``ask``; the results of a retried step answer
+    ``duplicate``."""
+    return JSON(
+        await sessions.step(
+            session_id,
+            owner,
+            body.results,
+            body.max,
+            body.lease_seconds,
+            wait=body.wait_seconds,
+            request=body.request_id,
+        )
+    )
 
 
 @router.post(

@@ -15,6 +15,7 @@ that knows both the sampler interface (``core.base``) and the store (``store.bas
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -27,6 +28,7 @@ from kameleon.service.sessions.draws import ChainSlice, DrawsQuery, read_slices
 from kameleon.service.sessions.errors import NotFound
 from kameleon.service.sessions.meta import SessionMeta
 from kameleon.service.sessions.stepping import Result, Stepper
+from kameleon.service.sessions.waiting import Waiting
 from kameleon.service.store.base import SessionNotFound, Store
 
 if TYPE_CHECKING:
@@ -45,6 +47,7 @@ class SessionService:
         self.catalog = Catalog(store, settings, chains)
         self.diagnostics = Diagnostics(store)
         self.stepper = Stepper(store, settings, chains, self.diagnostics)
+        self.waiting = Waiting()
 
     async def store_ready(self) -> bool:
         try:
@@ -79,19 +82,27 @@ class SessionService:
     # ------------------------------------------------------------- ask/tell/step
 
     async def ask(
-        self, session_id: str, owner: str, max_: int, lease_seconds: float | None
+        self,
+        session_id: str,
+        owner: str,
+        max_: int,
+        lease_seconds: float | None,
+        *,
+        wait: float = 0.0,
+        request: str | None = None,
     ) -> dict[str, Any]:
-        self.stepper.check_max(max_)
-        lease = self.stepper.lease(lease_seconds)
-        with self._gone(session_id):
-            meta = await self.catalog.meta(session_id, owner)
-            _, proposals, status = await self.stepper.step(meta, [], max_, lease)
-        return {"proposals": proposals, **status}
+        answer = await self.step(
+            session_id, owner, [], max_, lease_seconds, wait=wait, request=request
+        )
+        del answer["results"]
+        return answer
 
     async def tell(self, session_id: str, owner: str, results: Sequence[Result]) -> dict[str, Any]:
         with self._gone(session_id):
             meta = await self.catalog.meta(session_id, owner)
             outcomes, _, _ = await self.stepper.step(meta, results, 0, 0.0)
+        if outcomes:
+            self.waiting.wake(session_id)
         return {"results": outcomes}
 
     async def step(
@@ -101,13 +112,29 @@ class SessionService:
         results: Sequence[Result],
         max_: int | None,
         lease_seconds: float | None,
+        *,
+        wait: float = 0.0,
+        request: str | None = None,
     ) -> dict[str, Any]:
+        """Tell ``results`` and lease up to ``max_`` proposals; with none to hand out, ask
+        again whenever one may have freed up, until ``wait`` seconds have passed."""
         want = max_ if max_ is not None else max(1, len(results))
         self.stepper.check_max(want)
         lease = self.stepper.lease(lease_seconds)
+        deadline = time.monotonic() + self.stepper.wait(wait)
         with self._gone(session_id):
             meta = await self.catalog.meta(session_id, owner)
-            outcomes, proposals, status = await self.stepper.step(meta, results, want, lease)
+            outcomes, proposals, status = await self.stepper.step(
+                meta, results, want, lease, request
+            )
+            if outcomes:
+                self.waiting.wake(session_id)
+            while not proposals and not status["done"] and want > 0:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                await self.waiting.wait(session_id, left, status.get("next_lease_expires_at"))
+                _, proposals, status = await self.stepper.step(meta, [], want, lease, request)
         return {"results": outcomes, "proposals": proposals, **status}
 
     async def reset_chain(

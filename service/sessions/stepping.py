@@ -93,12 +93,26 @@ class Stepper:
         if value > self.settings.max_ask:
             raise Invalid(f"max is over the limit of {self.settings.max_ask}", field="max")
 
+    def wait(self, wait_seconds: float) -> float:
+        if wait_seconds > self.settings.max_wait_seconds:
+            raise Invalid(
+                f"wait_seconds is over the limit of {self.settings.max_wait_seconds}",
+                field="wait_seconds",
+            )
+        return wait_seconds
+
     async def step(
-        self, meta: SessionMeta, results: Sequence[Result], want: int, lease: float
+        self,
+        meta: SessionMeta,
+        results: Sequence[Result],
+        want: int,
+        lease: float,
+        request: str | None = None,
     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
         """Tell ``results``, then lease up to ``want`` proposals: the told chains' next
-        ones first, then free chains. The outcomes, the proposals and the session's
-        status."""
+        ones first, then free chains (or, for a ``request`` seen before, what it leased
+        then: :meth:`Store.apply`). The outcomes, the proposals and the session's status,
+        with ``next_lease_expires_at`` when no proposal was handed out."""
         told = _parse(meta, results)
         by_chain: dict[int, list[Told]] = {}
         for t in told:
@@ -107,7 +121,7 @@ class Stepper:
         if unknown:
             raise Conflict(f"proposal {unknown[0]} was never issued", ids=unknown)
         ids = [r.id for r in results]
-        plans, result = await self._write(meta, by_chain, ids, want, lease)
+        plans, result = await self._write(meta, by_chain, ids, want, lease, request)
         outcomes = {i: o for plan in plans.values() for i, o in plan.outcomes.items()}
         answered = [
             {"id": r.id, "chain": t.pid.chain, "outcome": outcomes[t.at]}
@@ -125,6 +139,9 @@ class Stepper:
             # leases them again.
             stopped, proposals = True, []
         status = session_status(meta, result.counts, stopped)
+        if want > 0 and not proposals and not status["done"]:
+            expiry = result.next_expiry
+            status["next_lease_expires_at"] = iso(expiry) if expiry is not None else None
         return answered, proposals, status
 
     async def _write(
@@ -134,6 +151,7 @@ class Stepper:
         ids: Sequence[str],
         want: int,
         lease: float,
+        request: str | None = None,
     ) -> tuple[dict[int, ChainPlan], ApplyResult]:
         """Decide and write, until the store takes the write; the plans and what the
         store did."""
@@ -158,6 +176,7 @@ class Stepper:
                 lease=decided.extra,
                 lease_seconds=lease,
                 exclude=list(by_chain),
+                request=request,
             )
             if not result.conflicts:
                 for plan in _written(decided.plans):

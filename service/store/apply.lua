@@ -7,6 +7,7 @@
 -- KEYS[3] = counts   hash: "warming", "finished", "waiting", and "stopped_by" if stopped
 -- then per update u (from 0): KEYS[4 + 3u] its chain's record (hash), KEYS[5 + 3u] its
 --   cold part, KEYS[6 + 3u] its draws
+-- then, optionally, KEYS[4 + 3U] = request: what the call with this request id leased
 -- ARGV[1] = number of updates U
 -- ARGV[2] = further chains to lease, ARGV[3] = lease seconds for those
 -- ARGV[4] = number of excluded chains E, then E chain indices
@@ -14,21 +15,39 @@
 --   cold ("" = unchanged), draw row ("" = none), init value ("" = none, else 8 bytes),
 --   lease seconds for the chain's next proposal ("0" = do not lease), "1" if it applies
 --   a told initial point, then the changes of warming, finished and waiting
+-- then the deadline: a time on the server's clock after which the script changes
+--   nothing ("" = none). A script that the server runs late (it was stalled, and the
+--   caller has given up and answered that nothing changed) keeps that answer true.
 --
 -- Returns {status, now, applied, conflicts, leased, free, warming, finished, waiting,
--- stopped_by}; status 0 ok, -1 no such session. conflicts and leased are records
--- {chain, <record fields>, lease_until}; free is {chain, lease_until, ...} of chains
--- leased here that no update names (their records are read by the caller). A stopped
--- session's updates are applied, but nothing is leased.
+-- stopped_by, replayed, next_expiry}; status 0 ok, -1 no such session, -2 past the
+-- deadline (nothing changed). conflicts and leased are records {chain, <record fields>,
+-- lease_until}; free is {chain, ...} of chains leased here that no update names (their
+-- records are read by the caller). A stopped session's updates are applied, but nothing
+-- is leased. With a request key: if the key exists (a retry), no further chain is
+-- leased, and free holds the remembered chains whose lease is still the remembered one;
+-- replayed is "1". Else what this call leases is remembered under the key until the
+-- leases run out. next_expiry: when nothing is leased, the earliest running lease's
+-- expiry ("" = none).
 
 local FIELDS = {--[[FIELDS]]}
 local GROUP = 12
 
+local t = redis.call('TIME')
+local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local n_updates_given = tonumber(ARGV[1])
+local deadline = ARGV[5 + tonumber(ARGV[4]) + GROUP * n_updates_given]
+if deadline ~= '' and now > tonumber(deadline) then
+  return {-2}
+end
 if redis.call('EXISTS', KEYS[1]) == 0 then
   return {-1}
 end
-local t = redis.call('TIME')
-local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local request_key = KEYS[4 + 3 * n_updates_given]
+local remembered = false
+if request_key then
+  remembered = redis.call('GET', request_key)
+end
 local ttl = redis.call('PTTL', KEYS[1])
 
 local function record(key, chain)
@@ -47,10 +66,10 @@ local extra_lease = tonumber(ARGV[3])
 local n_exclude = tonumber(ARGV[4])
 local first = 5 + n_exclude
 local stopped_by = redis.call('HGET', KEYS[3], 'stopped_by')
-if stopped_by then
+if stopped_by or remembered then
   extra = 0
 end
-local skip = {}
+local skip, updated = {}, {}
 for k = 1, n_exclude do
   skip[ARGV[4 + k]] = true
 end
@@ -77,6 +96,7 @@ for u = 0, n_updates - 1 do
   local chain, state, active = ARGV[i], ARGV[i + 2], ARGV[i + 3]
   local cold, draw, init, lease = ARGV[i + 4], ARGV[i + 5], ARGV[i + 6], tonumber(ARGV[i + 7])
   skip[chain] = true
+  updated[chain] = true
   redis.call('HINCRBY', key, 'v', 1)
   redis.call('HSET', key, 's', state, 'a', active)
   if cold ~= '' then
@@ -139,9 +159,47 @@ if extra > 0 then
   end
 end
 
+if remembered and #conflicts == 0 then
+  for pair in string.gmatch(remembered, '[^;]+') do
+    local chain, until_ = string.match(pair, '^(%d+):(.+)$')
+    local score = redis.call('ZSCORE', KEYS[2], chain)
+    -- The same lease: equal up to the rounding of the scores (leases a microsecond
+    -- apart differ by more).
+    if not updated[chain] and score and math.abs(tonumber(score) - tonumber(until_)) < 5e-7
+        and tonumber(until_) > now then
+      free[#free + 1] = chain
+    end
+  end
+elseif request_key and #conflicts == 0 and (#leased + #free) > 0 then
+  local pairs_, latest = {}, now
+  for _, r in ipairs(leased) do
+    pairs_[#pairs_ + 1] = r[1] .. ':' .. string.format('%.6f', tonumber(r[#r]))
+    latest = math.max(latest, tonumber(r[#r]))
+  end
+  for _, chain in ipairs(free) do
+    pairs_[#pairs_ + 1] = chain .. ':' .. string.format('%.6f', now + extra_lease)
+    latest = math.max(latest, now + extra_lease)
+  end
+  redis.call('SET', request_key, table.concat(pairs_, ';'), 'PX',
+    math.max(1, math.ceil((latest - now) * 1000)))
+end
+
+local next_expiry = ''
+if #leased + #free == 0 then
+  local first_lease = redis.call('ZRANGE', KEYS[2], '(' .. string.format('%.6f', now), '+inf',
+    'BYSCORE', 'LIMIT', 0, 1, 'WITHSCORES')
+  if #first_lease > 0 then
+    next_expiry = first_lease[2]
+  end
+end
+
 if ttl and ttl > 0 then
   redis.call('PEXPIRE', KEYS[2], ttl)
 end
 local counts = redis.call('HMGET', KEYS[3], 'warming', 'finished', 'waiting')
+local replayed = '0'
+if remembered then
+  replayed = '1'
+end
 return {0, string.format('%.6f', now), applied, conflicts, leased, free, counts[1], counts[2],
-  counts[3] or '0', stopped_by or ''}
+  counts[3] or '0', stopped_by or '', replayed, next_expiry}

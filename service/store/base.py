@@ -133,7 +133,11 @@ class ApplyResult:
     chains leased by this call (those re-leased by their update, then free ones), each
     with its new ``lease_until``. ``now`` is the store's clock; ``counts`` the session's
     :class:`Counts` after the call; ``stopped_by`` the reason given to :meth:`Store.stop`,
-    if the session was stopped (then nothing was leased).
+    if the session was stopped (then nothing was leased). ``replayed``: the call's
+    ``request`` had been seen, and ``leased`` holds what that earlier call leased that is
+    still its (see :meth:`Store.apply`). ``next_expiry``: when nothing was leased, the
+    store-clock time at which the first running lease of an active chain runs out
+    (``None``: no lease is running, or something was leased).
     """
 
     applied: frozenset[int]
@@ -142,6 +146,8 @@ class ApplyResult:
     now: float
     counts: Counts
     stopped_by: str | None = None
+    replayed: bool = False
+    next_expiry: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,11 +247,20 @@ class Store(abc.ABC):
         lease: int = 0,
         lease_seconds: float = 0.0,
         exclude: Sequence[int] = (),
+        request: str | None = None,
     ) -> ApplyResult:
         """Write ``updates`` (of distinct chains) if every chain's version equals its
         ``expected_version``, then lease up to ``lease`` further chains, lowest index
         first, that are active, not leased, not updated here and not in ``exclude``, for
         ``lease_seconds`` each.
+
+        ``request`` names the call (a client's ``request_id``; opaque, at most 128
+        characters). The chains a call with a ``request`` leases are remembered under it
+        until their leases run out. A later call with the same ``request`` applies its
+        updates as usual but leases no further chains: its ``leased`` holds, besides the
+        chains its own updates lease, those remembered chains whose lease is still the
+        one that call took (not told since, not run out), and ``replayed`` is true. So a
+        client that retries a request whose answer it lost gets the same proposals back.
 
         Atomic: either every update is written and the leases taken, or (some version
         was stale) nothing changes and :attr:`ApplyResult.conflicts` names the stale

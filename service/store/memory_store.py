@@ -43,6 +43,8 @@ class _Session:
     diagnosed: int = -1  # total draws behind ``diagnostics``
     diagnostics: bytes | None = None
     warnings: bytes | None = None
+    # request id -> (when it is forgotten, the chains it leased and their expiries)
+    requests: dict[str, tuple[float, list[tuple[int, float]]]] = field(default_factory=dict)
 
 
 def _cursor(cursor: str | None) -> int:
@@ -132,9 +134,11 @@ class MemoryStore(Store):
         lease: int = 0,
         lease_seconds: float = 0.0,
         exclude: Sequence[int] = (),
+        request: str | None = None,
     ) -> ApplyResult:
         now = time.time()
         leased: list[ChainRecord] = []
+        replayed, next_expiry = False, None
         with self._lock:
             session = self._get(session_id)
             conflicts = {
@@ -143,14 +147,35 @@ class MemoryStore(Store):
                 if session.chains[up.chain].version != up.expected_version
             }
             if not conflicts:
+                remembered = _remembered(session, request, now)
+                replayed = remembered is not None
                 leased = [r for up in updates if (r := _write(session, up, now)) is not None]
-                if lease > 0:
+                if remembered is not None:
+                    taken = {r.chain for r in leased}
+                    leased += [
+                        record
+                        for chain, until in remembered
+                        if chain not in taken
+                        and (record := session.chains[chain]).lease_until == until
+                        and until > now
+                    ]
+                elif lease > 0:
                     skip = set(exclude) | {up.chain for up in updates}
                     leased += _lease(session, lease, lease_seconds, skip, now)
+                if request is not None and leased and not replayed:
+                    expiry = max(r.lease_until for r in leased)
+                    session.requests[request] = (expiry, [(r.chain, r.lease_until) for r in leased])
+                if not leased:
+                    running = [
+                        r.lease_until for r in session.chains if r.active and r.lease_until > now
+                    ]
+                    next_expiry = min(running, default=None)
             counts = Counts(session.warming, session.finished, session.waiting)
             stopped_by = session.stopped_by
         applied = frozenset() if conflicts else frozenset(up.chain for up in updates)
-        return ApplyResult(applied, conflicts, leased, now, counts, stopped_by)
+        return ApplyResult(
+            applied, conflicts, leased, now, counts, stopped_by, replayed, next_expiry
+        )
 
     async def read_draws(
         self, session_id: str, chain: int, start: int, stop: int, row_bytes: int
@@ -215,6 +240,19 @@ def _write(session: _Session, up: ChainUpdate, now: float) -> ChainRecord | None
     session.finished += up.counts.finished
     session.waiting += up.counts.waiting
     return record if lease_next else None
+
+
+def _remembered(
+    session: _Session, request: str | None, now: float
+) -> list[tuple[int, float]] | None:
+    """What the call named ``request`` leased, if it is still remembered (forgetting the
+    session's requests whose leases have all run out)."""
+    expired = [k for k, (until, _) in session.requests.items() if until <= now]
+    for key in expired:
+        del session.requests[key]
+    if request is None or request not in session.requests:
+        return None
+    return session.requests[request][1]
 
 
 def _lease(

@@ -32,14 +32,17 @@ configured idle time; using the session refreshes it.
 from __future__ import annotations
 
 import struct
+import time
 from collections.abc import Callable, Coroutine, Iterable, Sequence
 from importlib import resources
 from typing import Any, ParamSpec, TypeVar, cast
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
+from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.retry import Retry
 
 from kameleon.service.store.base import (
     ApplyResult,
@@ -128,6 +131,10 @@ class Keys:
         self.leases = self.base + "leases"
         self.counts = self.base + "counts"
 
+    def request(self, request_id: str) -> str:
+        """What the call with ``request_id`` leased (see :meth:`Store.apply`)."""
+        return f"{self.base}req:{request_id}"
+
     def chain(self, k: int) -> tuple[str, str, str]:
         """Chain k's record, cold part and draws."""
         return f"{self.base}c:{k}", f"{self.base}cold:{k}", f"{self.base}draws:{k}"
@@ -177,24 +184,40 @@ class RedisStore(Store):
         *,
         prefix: str = "kameleon",
         ttl_seconds: int = 604800,
+        timeout: float = 2.0,
     ) -> None:
         if not prefix or any(c in prefix for c in "{}"):
             raise ValueError("prefix must be non-empty and free of braces")
         self.client = client
         self.prefix = prefix
         self.ttl_seconds = ttl_seconds
+        self.timeout = timeout
+        self._clock_offset: float | None = None  # the server's clock minus ours
         self._apply = client.register_script(APPLY_SCRIPT)
         self._stop = client.register_script(STOP_SCRIPT)
         self._save_diagnostics = client.register_script(SAVE_DIAGNOSTICS_SCRIPT)
 
     @classmethod
     def from_url(
-        cls, url: str, *, prefix: str = "kameleon", ttl_seconds: int = 604800
+        cls,
+        url: str,
+        *,
+        prefix: str = "kameleon",
+        ttl_seconds: int = 604800,
+        timeout: float = 2.0,
     ) -> RedisStore:
+        """A store on the Redis at ``url`` (``redis+cluster://`` for a cluster).
+
+        A command that gets no answer within ``timeout`` seconds fails (and the request
+        answers 503); an apply that the server runs later than that changes nothing (the
+        script checks a deadline). A connection that turns out dead when a command is
+        sent (the server restarted since the pool opened it) is replaced and the command
+        sent again, once; a command that timed out is never sent again.
+        """
         options: dict[str, Any] = {
             "decode_responses": False,
-            "socket_timeout": 10,
-            "socket_connect_timeout": 5,
+            "socket_timeout": timeout,
+            "socket_connect_timeout": timeout,
             "health_check_interval": 30,
             "max_connections": 256,
         }
@@ -204,8 +227,9 @@ class RedisStore(Store):
             # each script and transaction runs on the one node that serves its slot.
             client = RedisCluster.from_url(_plain_url(url), **options)
         else:
-            client = aioredis.Redis.from_url(url, **options)
-        return cls(client, prefix=prefix, ttl_seconds=ttl_seconds)
+            retry = Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,))
+            client = aioredis.Redis.from_url(url, retry=retry, **options)
+        return cls(client, prefix=prefix, ttl_seconds=ttl_seconds, timeout=timeout)
 
     def _keys(self, session_id: str) -> Keys:
         return Keys(self.prefix, session_id)
@@ -358,6 +382,7 @@ class RedisStore(Store):
         lease: int = 0,
         lease_seconds: float = 0.0,
         exclude: Sequence[int] = (),
+        request: str | None = None,
     ) -> ApplyResult:
         keys = self._keys(session_id)
         script_keys = [keys.meta, keys.leases, keys.counts]
@@ -366,10 +391,18 @@ class RedisStore(Store):
         for up in updates:
             script_keys += keys.chain(up.chain)
             args += _args(up)
+        if request is not None:
+            script_keys.append(keys.request(request))
+        args.append(await self._deadline())
         reply = await self._apply(keys=script_keys, args=args)
-        if int(reply[0]) != 0:
+        status = int(reply[0])
+        if status == -2:
+            raise StoreUnavailable("Redis ran the update after its deadline; nothing changed")
+        if status != 0:
             raise SessionNotFound(session_id)
-        _, now, applied, conflicts, leased, free, warming, finished, waiting, stopped = reply
+        _, now, applied, conflicts, leased, free, warming, finished, waiting, stopped = reply[:10]
+        replayed, next_expiry = reply[10:12]
+        self._clock_offset = float(now) - time.time()
         records = [_record(r[0], r[1:]) for r in leased]
         if free:
             records += await self._load(keys, [int(c) for c in free])
@@ -380,7 +413,18 @@ class RedisStore(Store):
             float(now),
             Counts(int(warming), int(finished), int(waiting or 0)),
             stopped_by=stopped.decode() if stopped else None,
+            replayed=replayed == b"1",
+            next_expiry=float(next_expiry) if next_expiry else None,
         )
+
+    async def _deadline(self) -> str:
+        """The server-clock time after which an update sent now must change nothing: a
+        quarter of the timeout before the caller gives up, so that an update the server
+        runs in time has that long to answer. The clocks' offset is learnt from the
+        server's replies (their latency makes the deadline earlier, not later)."""
+        if self._clock_offset is None:
+            self._clock_offset = await self._clock() - time.time()
+        return repr(time.time() + self._clock_offset + 0.75 * self.timeout)
 
     @_unavailable
     async def stop(self, session_id: str, reason: str) -> str:

@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 import httpx
 import numpy as np
+import orjson
 import pytest
 
 import kameleon
@@ -202,3 +203,36 @@ def test_a_run_survives_a_restart_of_its_service(
         warn=False,
     )
     assert result.draws.tobytes() == expected.tobytes()
+
+
+class _LosesTheFirstAnswer(httpx.HTTPTransport):
+    """Forwards every request to the server, but loses the answer to the first ask."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bodies: list[bytes] = []
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        response = super().handle_request(request)
+        if request.url.path.endswith("/ask"):
+            self.bodies.append(request.content)
+            if len(self.bodies) == 1:
+                response.read()
+                raise httpx.ReadError("the answer was lost", request=request)
+        return response
+
+
+def test_an_ask_whose_answer_was_lost_gets_its_proposals_on_the_retry(server: str) -> None:
+    transport = _LosesTheFirstAnswer()
+    with kameleon.Client(server, transport=transport, retry_max_wait=0.01) as client:
+        sid = client.create_session(algorithm="rwm", dim=2, chains=2, seed=1).id
+        try:
+            answer = client.ask(sid, max=2)
+            # Without the request id, both chains would be leased to the lost answer and
+            # the retry would get none for the whole lease.
+            assert sorted(p.chain for p in answer.proposals) == [0, 1]
+            first, retry = (orjson.loads(b) for b in transport.bodies)
+            assert first["request_id"] == retry["request_id"]
+            assert client.ask(sid, max=2).proposals == []  # a new request: nothing free
+        finally:
+            client.delete_session(sid)

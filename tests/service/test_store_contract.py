@@ -233,6 +233,54 @@ async def test_lease_and_update_in_one_call(store: Store) -> None:
     assert sorted(r.chain for r in result.leased) == [0, 1]
 
 
+async def test_a_repeated_request_gets_what_it_leased_back(store: Store) -> None:
+    await _create(store, chains=4)
+    first = await store.apply("s1", [], lease=2, lease_seconds=60, request="r1")
+    assert not first.replayed and len(first.leased) == 2
+    again = await store.apply("s1", [], lease=2, lease_seconds=60, request="r1")
+    assert again.replayed
+    assert [(r.chain, r.lease_until) for r in again.leased] == [
+        (r.chain, r.lease_until) for r in first.leased
+    ]
+    # Another request leases the other chains; the first one's stay its own.
+    other = await store.apply("s1", [], lease=4, lease_seconds=60, request="r2")
+    assert {r.chain for r in other.leased} == {0, 1, 2, 3} - {r.chain for r in first.leased}
+    # A chain told since (its lease changed) is no longer the request's.
+    told = first.leased[0]
+    await store.apply("s1", [_update(told.chain, 0)])
+    third = await store.apply("s1", [], lease=2, lease_seconds=60, request="r1")
+    assert third.replayed and [r.chain for r in third.leased] == [first.leased[1].chain]
+
+
+async def test_a_request_that_leased_nothing_is_not_remembered(store: Store) -> None:
+    await _create(store, chains=1)
+    await store.apply("s1", [], lease=1, lease_seconds=0.2)
+    empty = await store.apply("s1", [], lease=1, lease_seconds=60, request="r")
+    assert empty.leased == [] and not empty.replayed
+    time.sleep(0.3)
+    later = await store.apply("s1", [], lease=1, lease_seconds=60, request="r")
+    assert [r.chain for r in later.leased] == [0] and not later.replayed
+
+
+async def test_a_remembered_request_runs_out_with_its_leases(store: Store) -> None:
+    await _create(store, chains=2)
+    first = await store.apply("s1", [], lease=1, lease_seconds=0.2, request="r")
+    time.sleep(0.3)
+    again = await store.apply("s1", [], lease=1, lease_seconds=60, request="r")
+    assert not again.replayed and len(again.leased) == 1
+    assert again.leased[0].lease_until > first.leased[0].lease_until
+
+
+async def test_an_empty_answer_says_when_the_next_lease_runs_out(store: Store) -> None:
+    await _create(store, chains=2)
+    taken = await store.apply("s1", [], lease=2, lease_seconds=30)
+    assert taken.next_expiry is None  # something was leased
+    empty = await store.apply("s1", [], lease=1, lease_seconds=30)
+    assert empty.leased == []
+    assert empty.next_expiry is not None
+    assert abs(empty.next_expiry - min(r.lease_until for r in taken.leased)) < 1e-3
+
+
 async def test_a_stopped_session_leases_nothing_but_applies_updates(store: Store) -> None:
     await _create(store, chains=3)
     first = await store.apply("s1", [], lease=1, lease_seconds=60)
@@ -322,6 +370,25 @@ async def test_redis_unreachable_is_store_unavailable() -> None:
         await store.close()
 
 
+async def test_redis_an_update_run_after_its_deadline_changes_nothing(
+    redis_url: str, redis_prefix: str
+) -> None:
+    """A stalled Redis runs queued scripts when it resumes, after the caller has answered
+    503 ("nothing changed"): the script checks its deadline and keeps that true."""
+    store = RedisStore.from_url(redis_url, prefix=redis_prefix, ttl_seconds=100, timeout=2.0)
+    try:
+        await _create(store, chains=2)
+        store._clock_offset = -10.0  # as if the script ran 10 s after it was sent
+        with pytest.raises(StoreUnavailable):
+            await store.apply("s1", [_update(0, 0, draw=b"x" * ROW)], lease=2, lease_seconds=9)
+        store._clock_offset = None
+        records = await store.load_chains("s1", [0, 1])
+        assert [(r.version, r.draws, r.lease_until) for r in records] == [(0, 0, 0.0)] * 2
+        assert (await store.apply("s1", [_update(0, 0)])).applied == {0}
+    finally:
+        await store.close()
+
+
 async def test_redis_scripts_take_every_key_through_keys(redis_url: str, redis_prefix: str) -> None:
     """Redis Cluster routes and checks a script by its declared keys: every key the apply
     script touches is in KEYS (per-chain keys too), all under the session's hash tag."""
@@ -342,10 +409,14 @@ async def test_redis_scripts_take_every_key_through_keys(redis_url: str, redis_p
         result = await store.apply(
             "tagged", [_update(2, 0, draw=b"x" * ROW), _update(0, 0)], lease=1, lease_seconds=9
         )
+        await store.apply("tagged", [], lease=1, lease_seconds=9, request="r")
     finally:
         await store.close()
     keys = Keys(redis_prefix, "tagged")
-    assert calls == [[keys.meta, keys.leases, keys.counts, *keys.chain(2), *keys.chain(0)]]
+    assert calls == [
+        [keys.meta, keys.leases, keys.counts, *keys.chain(2), *keys.chain(0)],
+        [keys.meta, keys.leases, keys.counts, keys.request("r")],
+    ]
     assert all("{tagged}" in key for key in calls[0])
     assert result.applied == {0, 2} and [r.chain for r in result.leased] == [1]
     assert result.leased[0].lease_until > 0 and result.leased[0].version == 0

@@ -1,0 +1,181 @@
+"""Redis faults, on a throwaway server of the test's own: paused (SIGSTOP) and restarted.
+
+- **Paused.** A stalled Redis keeps the commands sent to it and runs them when it
+  resumes, after the service has given up on them. The service answers 503 within its
+  store timeout, and a 503 must mean "nothing changed": the apply script checks a
+  deadline and changes nothing when it runs late. So a retried tell is applied (not
+  answered ``duplicate``) and a retried ask gets chains that nobody leased meanwhile.
+- **Restarted** with the append-only file: while it is down the service answers 503
+  problem+json and changes nothing; when it is back the run goes on without restarting
+  the service (the pool's dead connections are replaced, not answered 503), and every
+  result acknowledged before the restart is still there.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+from fastapi.testclient import TestClient
+
+from kameleon.service.app import create_app
+from kameleon.service.config import Settings
+from kameleon.service.store.redis_store import RedisStore
+from tests.redis_server import find_server_binary
+
+pytestmark = pytest.mark.slow
+
+TIMEOUT = 1.0  # the service's store timeout in these tests
+
+
+class Server:
+    """A redis-server on a fixed port and directory, that can be paused and restarted."""
+
+    def __init__(self, binary: str, directory: Path) -> None:
+        self.binary, self.directory = binary, directory
+        with socket.socket() as sock:
+            sock.bind(("127.0.0.1", 0))
+            self.port = int(sock.getsockname()[1])
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        argv = [self.binary, "--port", str(self.port), "--bind", "127.0.0.1"]
+        argv += ["--dir", str(self.directory), "--save", "", "--appendonly", "yes"]
+        argv += ["--appendfsync", "always", "--loglevel", "warning"]
+        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 15
+        while True:
+            try:
+                if redis.Redis(port=self.port, socket_timeout=0.5).ping():
+                    return
+            except redis.RedisError:
+                pass
+            assert time.monotonic() < deadline, "redis-server did not start"
+            time.sleep(0.05)
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait(timeout=10)
+
+    def signal(self, sig: int) -> None:
+        assert self.proc is not None
+        os.kill(self.proc.pid, sig)
+
+
+@pytest.fixture
+def server() -> Iterator[Server]:
+    binary = find_server_binary()
+    if binary is None:
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail("no redis-server")
+        pytest.skip("no redis-server")
+    with tempfile.TemporaryDirectory(prefix="kameleon-faults-") as tmp:
+        srv = Server(binary, Path(tmp))
+        srv.start()
+        try:
+            yield srv
+        finally:
+            if srv.proc is not None and srv.proc.poll() is None:
+                srv.signal(signal.SIGCONT)
+                srv.kill()
+
+
+@pytest.fixture
+def client(server: Server) -> Iterator[TestClient]:
+    store = RedisStore.from_url(server.url, prefix="faults", timeout=TIMEOUT)
+    with TestClient(create_app(Settings(), store=store), raise_server_exceptions=False) as c:
+        yield c
+        assert c.portal is not None
+        c.portal.call(store.close)
+
+
+def told(proposals: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{"id": p["id"], "log_density": -0.5 * sum(v * v for v in p["x"])} for p in proposals]
+
+
+def test_a_503_from_a_paused_redis_changed_nothing(client: TestClient, server: Server) -> None:
+    sid = client.post("/v1/sessions", json={"algorithm": "rwm", "dim": 2, "chains": 2}).json()["id"]
+    base = f"/v1/sessions/{sid}"
+    inits = client.post(base + "/ask", json={"max": 2}).json()["proposals"]
+    assert client.post(base + "/tell", json={"results": told(inits)}).status_code == 200
+    first = client.post(base + "/ask", json={"max": 1, "lease_seconds": 60}).json()["proposals"]
+
+    server.signal(signal.SIGSTOP)
+    try:
+        for path, body in (
+            ("/tell", {"results": told(first)}),
+            ("/ask", {"max": 2, "request_id": "paused-ask"}),
+        ):
+            started = time.monotonic()
+            response = client.post(base + path, json=body)
+            assert time.monotonic() - started < TIMEOUT + 1.5
+            assert response.status_code == 503, response.text
+            assert response.headers["content-type"].startswith("application/problem+json")
+            assert response.headers["retry-after"]
+    finally:
+        server.signal(signal.SIGCONT)
+    time.sleep(0.3)  # Redis runs the queued scripts now, past their deadline
+
+    # The tell had changed nothing: its retry is applied, not answered duplicate.
+    retold = client.post(base + "/tell", json={"results": told(first)}).json()["results"]
+    assert [r["outcome"] for r in retold] != ["duplicate"]
+    # The ask had leased nothing: its retry leases both chains (the told one's next
+    # proposal and the other, never leased since the initial points).
+    again = client.post(base + "/ask", json={"max": 2, "request_id": "paused-ask"}).json()
+    assert sorted(p["chain"] for p in again["proposals"]) == [0, 1]
+
+
+def test_a_restarted_redis_loses_nothing_and_needs_no_service_restart(
+    client: TestClient, server: Server
+) -> None:
+    body = {"algorithm": "am", "dim": 2, "chains": 2, "seed": 4, "warmup": 5, "max_iterations": 30}
+    sid = client.post("/v1/sessions", json=body).json()["id"]
+    base = f"/v1/sessions/{sid}"
+    proposals = client.post(base + "/ask", json={"max": 2}).json()["proposals"]
+    applied: set[str] = set()
+
+    def step() -> Any:
+        response = client.post(base + "/step", json={"results": told(proposals), "max": 2})
+        if response.status_code == 200:
+            outcomes = response.json()["results"]
+            applied.update(r["id"] for r in outcomes if r["outcome"] in ("accepted", "rejected"))
+        return response
+
+    for _ in range(10):
+        proposals = step().json()["proposals"]
+    before = client.get(base).json()
+
+    server.kill()
+    down = step()
+    assert down.status_code == 503, down.text
+    assert down.headers["content-type"].startswith("application/problem+json")
+    server.start()  # the same port and append-only file
+
+    assert client.get(base).json() == before  # nothing lost, nothing changed while down
+    statuses = []
+    while proposals:
+        response = step()
+        statuses.append(response.status_code)
+        proposals = response.json()["proposals"]
+    assert set(statuses) == {200}  # no 503 from a pooled connection of the old server
+    summary = client.get(base).json()
+    assert summary["status"] == "done"
+    draws = client.get(base + "/draws", params={"include_warmup": "true"}).json()
+    for chain in draws["chains"]:
+        assert chain["iterations"] == list(range(1, 31))
+        mine = {int(i.split(".i")[1]) for i in applied if i.startswith(f"c{chain['chain']}.")}
+        assert mine == set(range(1, 31))  # every acknowledged result is there, once

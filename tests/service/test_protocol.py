@@ -105,6 +105,34 @@ def test_an_expired_lease_hands_out_the_same_proposal(api: TestClient, sessions:
     assert (again["id"], again["x"]) == (first["id"], first["x"])
 
 
+def test_lease_edge_cases(api: TestClient, sessions: Any, assert_problem: ProblemCheck) -> None:
+    """A late tell after the lease ran out and another worker answered: 409, the first
+    value stands. A late tell after the lease ran out that nobody answered: applied. A
+    duplicate: nothing changes."""
+    sid = sessions(chains=1)["id"]
+    (init,) = ask(api, sid)
+    tell(api, sid, value(init))
+    (slow,) = ask(api, sid, lease_seconds=0.05)
+    time.sleep(0.1)
+    (fast,) = ask(api, sid)  # the lease ran out: the same proposal, to another worker
+    assert (fast["id"], fast["x"]) == (slow["id"], slow["x"])
+    first = tell(api, sid, {"id": fast["id"], "log_density": -1.0})
+    before = state(api, sid)
+    response = api.post(
+        f"/v1/sessions/{sid}/tell", json={"results": [{"id": slow["id"], "log_density": -2.0}]}
+    )
+    assert assert_problem(response, 409)["ids"] == [slow["id"]]
+    assert state(api, sid) == before  # the first value stands
+    again = tell(api, sid, {"id": fast["id"], "log_density": -1.0})
+    assert again["results"][0]["outcome"] == "duplicate" and state(api, sid) == before
+    assert first["results"][0]["outcome"] in ("accepted", "rejected")
+
+    (late,) = ask(api, sid, lease_seconds=0.05)
+    time.sleep(0.1)  # the lease runs out, and nobody asks meanwhile
+    applied = tell(api, sid, value(late))
+    assert applied["results"][0]["outcome"] in ("accepted", "rejected")
+
+
 # ------------------------------------------------------------------- creating a session
 
 

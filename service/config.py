@@ -96,6 +96,21 @@ class Settings(BaseSettings):
     max_chains: int = Field(4096, ge=1)
     max_ask: int = Field(4096, ge=1, description="Largest `max` of one ask or step.")
     max_iterations_limit: int = Field(100_000_000, ge=1)
+    max_session_bytes: int = Field(
+        2**30,
+        ge=1,
+        description="Largest memory a session may need (its chains' states, and its draws "
+        "when it has max_iterations), estimated before it is made: over it, 422.",
+    )
+    max_sessions_per_key: int = Field(
+        1000, ge=1, description="Most sessions one API key (or the anonymous user) keeps: 429."
+    )
+    max_bytes_per_key: int = Field(
+        8 * 2**30,
+        ge=1,
+        description="Most memory, estimated as for max_session_bytes, that one key's "
+        "sessions may need together: 429.",
+    )
     default_lease_seconds: float = Field(60.0, gt=0)
     max_lease_seconds: float = Field(24 * 3600.0, gt=0)
     max_wait_seconds: float = Field(

@@ -88,6 +88,10 @@ class Unprocessable(Problem):
     status, type, title = 422, "invalid", "Invalid request"
 
 
+class TooMany(Problem):
+    status, type, title = 429, "quota-exceeded", "Quota exceeded"
+
+
 class ServiceUnavailable(Problem):
     status, type, title = 503, "store-unavailable", "Store unavailable"
 
@@ -178,6 +182,7 @@ _DOMAIN: dict[type[domain.ServiceError], type[Problem]] = {
     domain.Invalid: Unprocessable,
     domain.Conflict: Conflict,
     domain.Busy: ServiceUnavailable,
+    domain.Quota: TooMany,
 }
 _HTTP_KINDS = {404: "not-found", 405: "method-not-allowed", 413: "payload-too-large"}
 _HTTP_TITLES = {404: "Not found", 413: PayloadTooLarge.title}

@@ -15,7 +15,10 @@ _MEANING = {
     404: "No such session (or it belongs to another key).",
     409: "A proposal id that is not outstanding, or a conflicting reset.",
     413: "Body over the configured limit.",
-    422: "Well-formed but invalid.",
+    422: "Well-formed but invalid (also: a session over the memory budget, with its "
+    "estimated `bytes` and the `limit`).",
+    429: "The key's quota of sessions or memory is used up (`limit`); delete sessions to "
+    "make room.",
     503: "The store is unreachable; nothing changed, retry.",
 }
 

@@ -20,7 +20,7 @@ router = APIRouter(prefix="/sessions", tags=["sessions"])
     name="create_session",
     status_code=201,
     response_model=SessionSummary,
-    responses=problems(400, 422),
+    responses=problems(400, 422, 429),
 )
 async def create_session(body: SessionCreate, sessions: SessionsDep, owner: OwnerDep) -> JSON:
     """Create a session. Every chain's first proposal is its initial point: without

@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING, Any
 from kameleon.core.serialization import encode
 from kameleon.service.config import Settings
 from kameleon.service.jsonio import dumps, loads
+from kameleon.service.sessions.budget import describe
 from kameleon.service.sessions.chains import LRU, Chains, ChainView
-from kameleon.service.sessions.errors import Invalid, NotFound
+from kameleon.service.sessions.errors import Invalid, NotFound, Quota
 from kameleon.service.sessions.meta import SessionMeta, new_meta, stop_doc
 from kameleon.service.sessions.stepping import iso
 from kameleon.service.store.base import ChainRecord, SessionNotes, SessionNotFound, Store
@@ -35,6 +36,7 @@ class Catalog:
 
     async def create(self, body: SessionCreate, owner: str) -> dict[str, Any]:
         meta = new_meta(body, owner, self.settings)
+        await self._check_quota(meta, owner)
         records, colds = [], []
         for c in range(meta.chains):
             state = meta.sampler.init(meta.first_point(c), meta.params, seed=meta.seed, chain=c)
@@ -45,6 +47,34 @@ class Catalog:
         await self.store.create_session(meta.id, owner, meta.to_bytes(), records, colds, warming)
         self._meta.put(meta.id, meta)
         return await self.summary(meta.id, owner)
+
+    async def _check_quota(self, meta: SessionMeta, owner: str) -> None:
+        """Refuse a session that would take ``owner`` over its share (:class:`Quota`)."""
+        count, used, cursor = 0, 0, None
+        while True:
+            page = await self.store.list_sessions(owner, cursor, 1000)
+            for doc in page.sessions:
+                count += 1
+                used += SessionMeta.build(loads(doc)).estimated_bytes
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        s = self.settings
+        if count + 1 > s.max_sessions_per_key:
+            raise Quota(
+                f"this key has {count} sessions, the most one key may keep "
+                f"(max_sessions_per_key); delete some to make room",
+                sessions=count,
+                limit=s.max_sessions_per_key,
+            )
+        if used + meta.estimated_bytes > s.max_bytes_per_key:
+            raise Quota(
+                f"this key's sessions may need about {describe(used)} of memory and this "
+                f"one {describe(meta.estimated_bytes)}, over the {describe(s.max_bytes_per_key)} "
+                "one key may use (max_bytes_per_key); delete some to make room",
+                bytes=used + meta.estimated_bytes,
+                limit=s.max_bytes_per_key,
+            )
 
     async def meta(self, session_id: str, owner: str) -> SessionMeta:
         """The session's metadata; :class:`NotFound` unless it is ``owner``'s."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["Busy", "Conflict", "Invalid", "NotFound", "ServiceError"]
+__all__ = ["Busy", "Conflict", "Invalid", "NotFound", "Quota", "ServiceError"]
 
 
 class ServiceError(Exception):
@@ -33,3 +33,8 @@ class Conflict(ServiceError):
 
 class Busy(ServiceError):
     """Too much contention on the same chains to finish; nothing was changed, retry."""
+
+
+class Quota(ServiceError):
+    """The caller's sessions already use what one key may have (sessions or memory);
+    deleting some makes room. Nothing was changed."""

@@ -15,6 +15,7 @@ from kameleon.core.initial import DEFAULT_MAX_ATTEMPTS, initial_point, start_rad
 from kameleon.core.options import OptionError, describe_params
 from kameleon.service.config import Settings
 from kameleon.service.jsonio import dumps
+from kameleon.service.sessions.budget import describe, session_bytes
 from kameleon.service.sessions.errors import Invalid
 
 if TYPE_CHECKING:
@@ -76,6 +77,14 @@ class SessionMeta:
             initial_center=_rows(doc.get("initial_center")),
             max_initial_attempts=doc.get("max_initial_attempts", DEFAULT_MAX_ATTEMPTS),
             stop=StopRule.of(stop) if stop is not None else None,
+        )
+
+    @property
+    def estimated_bytes(self) -> int:
+        """The memory the session may need (:mod:`.budget`)."""
+        row = 8 * (self.dim + 3)  # RowLayout.nbytes
+        return session_bytes(
+            self.algorithm, self.dim, self.chains, self.params, self.max_iterations, row
         )
 
     def to_bytes(self) -> bytes:
@@ -148,6 +157,7 @@ def new_meta(body: SessionCreate, owner: str, settings: Settings) -> SessionMeta
         params = sampler.make_params(body.dim, body.options, warmup=body.warmup)
     except OptionError as exc:
         raise Invalid(str(exc), field=f"options.{exc.option}") from None
+    _check_budget(body, params, settings)
     rows = _initial_rows(body)
     radius = start_radius(rows is not None, body.initial_radius)
     if (
@@ -196,6 +206,23 @@ def _check_limits(body: SessionCreate, s: Settings) -> None:
         value = getattr(body, name)
         if value is not None and value > s.max_iterations_limit:
             raise Invalid(f"{name} is over the limit of {s.max_iterations_limit}", field=name)
+
+
+def _check_budget(body: SessionCreate, params: Any, s: Settings) -> None:
+    """Refuse, before anything is allocated, a session that would need more memory than
+    one may have."""
+    row = 8 * (body.dim + 3)  # RowLayout.nbytes
+    need = session_bytes(body.algorithm, body.dim, body.chains, params, body.max_iterations, row)
+    if need > s.max_session_bytes:
+        draws = " and its draws (max_iterations)" if body.max_iterations is not None else ""
+        raise Invalid(
+            f"this session would need about {describe(need)} of memory for its "
+            f"{body.chains} chain(s) of {body.algorithm} in {body.dim} dimensions{draws}; "
+            f"the limit per session is {describe(s.max_session_bytes)}",
+            field="dim",
+            bytes=need,
+            limit=s.max_session_bytes,
+        )
 
 
 def _initial_rows(body: SessionCreate) -> list[list[float]] | None:

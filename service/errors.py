@@ -22,6 +22,7 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
+from starlette.routing import BaseRoute, Match
 
 from kameleon.service.sessions import errors as domain
 from kameleon.service.store.base import SessionNotFound, StoreUnavailable
@@ -141,7 +142,10 @@ def install(app: FastAPI) -> None:
     """Answer every exception with :func:`error_response` (the one error mapper)."""
 
     async def on_error(request: Request, exc: Exception) -> Response:
-        return error_response(exc, f"{request.method} {request.url.path}")
+        response = error_response(exc, f"{request.method} {request.url.path}")
+        if response.status_code == 405:
+            response.headers["Allow"] = ", ".join(_allowed(request))
+        return response
 
     for kind in (
         Problem,
@@ -177,6 +181,20 @@ class _Incidents:
 
 _STORE_LOG = _Incidents()
 
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
+
+
+def _allowed(request: Request) -> list[str]:
+    """The methods some route answers at the request's path (the router names only the
+    first route it matched in part)."""
+    routes: list[BaseRoute] = request.app.router.routes
+    return [
+        method
+        for method in _METHODS
+        if any(r.matches({**request.scope, "method": method})[0] == Match.FULL for r in routes)
+    ]
+
+
 _DOMAIN: dict[type[domain.ServiceError], type[Problem]] = {
     domain.NotFound: NotFound,
     domain.Invalid: Unprocessable,
@@ -199,12 +217,15 @@ def error_response(exc: Exception, where: str) -> Response:
         return validation_response(exc.errors())
     if isinstance(exc, StarletteHTTPException):
         code = exc.status_code
-        return problem_response(
+        response = problem_response(
             code,
             _HTTP_KINDS.get(code, "http-error"),
             _HTTP_TITLES.get(code, str(exc.detail)),
             str(exc.detail),
         )
+        for name, value in (exc.headers or {}).items():  # 405's Allow, for one
+            response.headers[name] = value
+        return response
     if isinstance(exc, SessionNotFound):
         return problem_response(404, NotFound.type, NotFound.title, "no such session")
     if isinstance(exc, StoreUnavailable):

@@ -1,4 +1,5 @@
-"""A bound on request bodies, as plain ASGI middleware (cheap on the hot path).
+"""A bound on request bodies, as plain ASGI middleware (cheap on the hot path); and the
+one Content-Type rule: every body is read as JSON.
 
 The body is not buffered here: the app reads it once, through a ``receive`` that counts
 the bytes and raises :class:`BodyTooLarge` as soon as they pass the limit, which the
@@ -26,6 +27,11 @@ class BodyTooLarge(HTTPException):
         super().__init__(413, f"the body is over the limit of {max_bytes} bytes")
 
 
+def _json_type(value: bytes) -> bool:
+    kind = value.split(b";", 1)[0].strip().lower()
+    return kind == b"application/json" or kind.endswith(b"+json")
+
+
 class BodySizeLimit:
     """Answer 413 to a request whose body is over ``max_bytes`` (declared or streamed)."""
 
@@ -37,7 +43,21 @@ class BodySizeLimit:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        for name, value in scope.get("headers", ()):
+        headers = scope.get("headers", ())
+        for index, (name, value) in enumerate(headers):
+            if name == b"content-type" and not _json_type(value):
+                # One rule for every endpoint: a body is read as JSON, whatever its
+                # Content-Type says (clients in other languages often send none, or
+                # their library's default, and the body is JSON all the same).
+                scope = dict(scope)
+                scope["headers"] = [
+                    *headers[:index],
+                    (name, b"application/json"),
+                    *headers[index + 1 :],
+                ]
+                headers = scope["headers"]
+                break
+        for name, value in headers:
             if name == b"content-length":
                 try:
                     declared = int(value)

@@ -457,7 +457,9 @@ class Diagnostics(BaseModel):
 class Health(BaseModel):
     status: Literal["ok", "unavailable"]
     store: str
-    store_ready: bool
+    store_ready: bool | None = Field(
+        description="Null from the liveness probe, which never asks the store."
+    )
     version: str
 
 

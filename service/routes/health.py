@@ -1,4 +1,6 @@
-"""``GET /v1/health``: liveness and the store's readiness."""
+"""Health: ``/v1/health/live`` for a liveness probe (the process answers; it never
+touches the store), ``/v1/health/ready`` for a readiness probe (the store answers within
+a short time), and ``/v1/health``, both in one answer."""
 
 from __future__ import annotations
 
@@ -28,3 +30,23 @@ async def health(sessions: SessionsDep) -> JSON:
         version=__version__,
     )
     return JSON(body.model_dump(), status_code=200 if ready else 503)
+
+
+@router.get("/health/live", response_model=Health, name="health_live")
+async def live(sessions: SessionsDep) -> JSON:
+    """Answers 200 while the process serves requests; never asks the store, so a store
+    outage does not make an orchestrator restart healthy service processes."""
+    body = Health(status="ok", store=sessions.store.name, store_ready=None, version=__version__)
+    return JSON(body.model_dump())
+
+
+@router.get(
+    "/health/ready",
+    response_model=Health,
+    name="health_ready",
+    responses={503: {"model": Health, "description": "The store is not ready."}},
+)
+async def ready(sessions: SessionsDep) -> JSON:
+    """200 when the store answers within 2 s, else 503: take the process out of a load
+    balancer's rotation until it does."""
+    return await health(sessions)

@@ -447,3 +447,32 @@ def test_same_seed_and_values_give_the_same_draws(api: TestClient, sessions: Any
         runs.append(api.get(f"/v1/sessions/{sid}/draws", params={"include_warmup": "true"}))
     assert runs[0].json()["chains"] == runs[1].json()["chains"]
     assert all(math.isfinite(v) for c in runs[0].json()["chains"] for v in c["log_density"])
+
+
+def test_a_405_names_the_allowed_methods(api: TestClient, assert_problem: ProblemCheck) -> None:
+    """Every error is problem+json; a 405 also says what is allowed (RFC 9110)."""
+    response = api.put("/v1/sessions")
+    assert_problem(response, 405)
+    assert set(response.headers["allow"].replace(" ", "").split(",")) == {"GET", "POST"}
+
+
+@pytest.mark.parametrize("content_type", [None, "text/plain", "application/x-www-form-urlencoded"])
+def test_a_body_is_json_whatever_its_content_type(
+    api: TestClient, sessions: Any, content_type: str | None
+) -> None:
+    """One rule for every endpoint: a body is read as JSON whatever its Content-Type."""
+    headers = {"content-type": content_type} if content_type else {}
+    body = json.dumps({"algorithm": "rwm", "dim": 2}).encode()
+    created = api.post("/v1/sessions", content=body, headers=headers)
+    assert created.status_code == 201, created.text
+    sid = created.json()["id"]
+    asked = api.post(f"/v1/sessions/{sid}/ask", content=b'{"max": 1}', headers=headers)
+    assert asked.status_code == 200 and len(asked.json()["proposals"]) == 1
+    api.delete(f"/v1/sessions/{sid}")
+
+
+def test_liveness_never_asks_the_store_and_readiness_does(api: TestClient) -> None:
+    live = api.get("/v1/health/live")
+    assert live.status_code == 200 and live.json()["store_ready"] is None
+    ready = api.get("/v1/health/ready")
+    assert ready.status_code == 200 and ready.json()["store_ready"] is True

@@ -511,7 +511,7 @@ def _served(
         acceptance=acceptance,
         param_names=draws.param_names or run.names,
         diagnostics=diagnostics,
-        warnings=[_core_finding(w) for w in diagnostics.warnings],
+        warnings=[core_finding(w) for w in diagnostics.warnings],
         seed=run.seed,
         algorithm=run.algorithm,
         warmup=run.warmup,
@@ -619,5 +619,5 @@ def _rhat(client: Client, session_id: str) -> float | None:
         return None
 
 
-def _core_finding(w: ServiceFinding) -> Finding:
+def core_finding(w: ServiceFinding) -> Finding:
     return Finding(w.code, w.parameter, w.chain, w.value, w.threshold, w.message)

@@ -1,7 +1,7 @@
-"""``kameleon``: run the service, make an API key, or write the OpenAPI document.
+"""The service's commands: run the service, make an API key, write the OpenAPI document.
 
 ``kameleon serve [--host H] [--port P] [--workers N] [--store memory|redis] [--redis-url URL]
-[--allow-unauthenticated]``
+[--allow-unauthenticated] [--<any setting> VALUE ...]``
 ``kameleon hash-key`` (the key from stdin, or a new random one)
 ``kameleon openapi [--output openapi.yaml]``
 
@@ -23,7 +23,7 @@ import re
 import secrets
 import sys
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from kameleon.service.config import Settings
@@ -33,27 +33,44 @@ __all__ = ["is_loopback", "main"]
 #: The exit status of a configuration the service refuses to start with.
 EXIT_CONFIG = 2
 
-#: The settings that ``serve`` also takes as flags (``--redis-url`` sets ``redis_url``).
-SERVE_FLAGS = ("host", "port", "workers", "store", "redis_url", "allow_unauthenticated")
+#: Commands this module runs (the client's commands are in :mod:`kameleon.cli`).
+COMMANDS = ("serve", "hash-key", "openapi")
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kameleon", description="Kameleon sampling service.")
-    sub = parser.add_subparsers(dest="command", required=True)
-    serve = sub.add_parser("serve", help="run the HTTP service")
-    serve.add_argument("--host", help="address to bind (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, help="port (default 8000)")
-    serve.add_argument("--workers", type=int, help="service processes (default 1)")
-    serve.add_argument(
-        "--store", choices=["memory", "redis"], help="session store (default memory)"
+def _setting_flags() -> tuple[str, ...]:
+    """Every setting is a flag of ``serve`` (``redis_url`` is ``--redis-url``)."""
+    from kameleon.service.config import Settings
+
+    return tuple(Settings.model_fields)
+
+
+def _add_serve(sub: Any) -> None:
+    from pydantic_core import PydanticUndefined
+
+    from kameleon.service.config import Settings
+
+    serve = sub.add_parser(
+        "serve",
+        help="run the HTTP service",
+        description="Run the HTTP service. Every setting is a flag and an environment "
+        "variable (KAMELEON_<NAME>); a flag given wins over the environment.",
     )
-    serve.add_argument("--redis-url", help="Redis URL for --store redis")
-    serve.add_argument(
-        "--allow-unauthenticated",
-        action="store_const",
-        const="true",
-        help="serve on a non-loopback address with no API keys (trusted networks only)",
-    )
+    for name, info in Settings.model_fields.items():
+        default = info.default if info.default is not PydanticUndefined else None
+        if info.default_factory is not None:
+            default = info.default_factory()  # type: ignore[call-arg]
+        text = (info.description or name.replace("_", " ")).rstrip(".")
+        help_ = f"{text} (default: {default!r}; env KAMELEON_{name.upper()})".replace("%", "%%")
+        flag = "--" + name.replace("_", "-")
+        if info.annotation is bool:
+            serve.add_argument(flag, dest=name, action="store_const", const="true", help=help_)
+        else:
+            serve.add_argument(flag, dest=name, metavar=name.upper(), help=help_)
+
+
+def add_commands(sub: Any) -> None:
+    """Add ``serve``, ``hash-key`` and ``openapi`` to a parser's subcommands."""
+    _add_serve(sub)
     sub.add_parser(
         "hash-key",
         help="print an API key and the hash the service is configured with",
@@ -64,6 +81,11 @@ def _parser() -> argparse.ArgumentParser:
     )
     openapi = sub.add_parser("openapi", help="write the OpenAPI document as YAML")
     openapi.add_argument("--output", "-o", default="-", help="file to write (default stdout)")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kameleon", description="Kameleon sampling service.")
+    add_commands(parser.add_subparsers(dest="command", required=True))
     return parser
 
 
@@ -118,7 +140,7 @@ def _settings_problem(exc: Exception) -> str:
 def _setting_name(field: str) -> str:
     """How a setting is given: its environment variable, and its flag if it has one."""
     env = f"KAMELEON_{field.upper()}"
-    return f"{env} (--{field.replace('_', '-')})" if field in SERVE_FLAGS else env
+    return f"{env} (--{field.replace('_', '-')})"
 
 
 def _load_settings() -> Settings | str:
@@ -161,8 +183,8 @@ def _serve(args: argparse.Namespace) -> int:
         os.environ.setdefault(var, "1")
 
     # Flags go into the environment, where every service process reads its settings.
-    for name in SERVE_FLAGS:
-        value = getattr(args, name)
+    for name in _setting_flags():
+        value = getattr(args, name, None)
         if value is not None:
             os.environ[f"KAMELEON_{name.upper()}"] = str(value)
     settings = _load_settings()
@@ -220,13 +242,17 @@ def _openapi(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+def run(args: argparse.Namespace) -> int:
+    """Run one of :data:`COMMANDS`, parsed by a parser that :func:`add_commands` made."""
     if args.command == "serve":
         return _serve(args)
     if args.command == "hash-key":
         return _hash_key()
     return _openapi(args)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run(_parser().parse_args(argv))
 
 
 if __name__ == "__main__":  # pragma: no cover

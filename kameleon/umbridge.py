@@ -1,0 +1,150 @@
+"""``kameleon drive-umbridge``: evaluate a session's proposals on a UM-Bridge model.
+
+UM-Bridge (https://um-bridge-benchmarks.readthedocs.io) serves numerical models over
+HTTP, from containers, in any language. This driver connects a Kameleon session to one:
+``--concurrency`` threads each ask the session for proposals (a long poll when none is
+free), evaluate the model at each point, and tell the results, until the session is
+done. The model's output is the log density: the first entry of its first output
+vector. A model error, or an output that is NaN or +inf, is told as -inf (outside the
+support) with a warning, so one bad point never stops a run; -inf itself is told as
+such. Leases make a crashed driver's work reappear for the next one.
+
+Needs the ``umbridge`` package (``pip install 'kameleon[umbridge]'``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import math
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+__all__ = ["add_command", "drive", "log_density_of"]
+
+log = logging.getLogger("kameleon.umbridge")
+
+
+def add_command(sub: Any, client_options: Callable[[argparse.ArgumentParser], None]) -> None:
+    p = sub.add_parser(
+        "drive-umbridge",
+        help="evaluate a session's proposals on a UM-Bridge model server",
+        description=__doc__.split("\n\n")[1] if __doc__ else None,
+    )
+    p.add_argument("--model-url", required=True, help="the UM-Bridge server, http://host:port")
+    p.add_argument("--model", default="forward", help="the model's name (default: forward)")
+    p.add_argument("--model-config", default="{}", help="the model's config, as JSON")
+    p.add_argument("--session", help="an existing session; without it, one is created")
+    p.add_argument("--dim", type=int, help="for a new session (default: the model's inputs)")
+    p.add_argument("--algorithm", default="am")
+    p.add_argument("--chains", type=int, default=4)
+    p.add_argument("--iterations", type=int, default=2000, help="draws after warm-up")
+    p.add_argument("--warmup", type=int, default=1000)
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--pseudo-marginal", action="store_true")
+    p.add_argument("--concurrency", type=int, default=1, help="model evaluations at once")
+    p.add_argument("--lease-seconds", type=float, default=600.0)
+    client_options(p)
+
+
+def log_density_of(model: Any, x: list[float], config: dict[str, Any]) -> float | None:
+    """The model's log density at ``x``; ``None`` (told as -inf) when the model fails or
+    answers NaN or +inf, with a warning."""
+    try:
+        value = float(model([list(x)], config)[0][0])
+    except Exception as exc:  # the model's own failure: a point to reject, not a crash
+        log.warning("the model failed at %s (%s); told as -inf", x, exc)
+        return None
+    if math.isnan(value) or value == math.inf:
+        log.warning("the model answered %s at %s; told as -inf", value, x)
+        return None
+    return value if value != -math.inf else None
+
+
+def _model(args: argparse.Namespace) -> Any:
+    try:
+        import umbridge  # type: ignore[import-untyped]
+    except ImportError:
+        raise ImportError(
+            "drive-umbridge needs the umbridge package: pip install 'kameleon[umbridge]'"
+        ) from None
+    try:
+        return umbridge.HTTPModel(args.model_url, args.model)
+    except Exception as exc:
+        raise OSError(f"no UM-Bridge model {args.model!r} at {args.model_url}: {exc}") from None
+
+
+def drive(args: argparse.Namespace) -> int:
+    import json
+
+    from kameleon.client import Client
+
+    if args.concurrency < 1:
+        raise ValueError("--concurrency must be at least 1")
+    try:
+        config = json.loads(args.model_config)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"--model-config is not JSON: {exc}") from None
+    model = _model(args)
+    inputs = int(sum(model.get_input_sizes(config)))
+    with Client(args.url, api_key=args.api_key) as client:
+        if args.session is None:
+            session = client.create_session(
+                args.dim or inputs,
+                algorithm=args.algorithm,
+                chains=args.chains,
+                warmup=args.warmup,
+                max_iterations=args.warmup + args.iterations,
+                seed=args.seed,
+                pseudo_marginal=args.pseudo_marginal,
+            )
+        else:
+            session = client.get_session(args.session)
+        if session.dim != inputs:
+            raise ValueError(f"the session has dim {session.dim}, the model {inputs} inputs")
+        print(f"session {session.id}", flush=True)
+        counts = {"evaluations": 0, "outside": 0}
+        lock = threading.Lock()
+
+        def worker() -> None:
+            answer = client.ask(session.id, max=1, lease_seconds=args.lease_seconds)
+            while not answer.done:
+                if not answer.proposals:
+                    answer = client.ask(
+                        session.id, max=1, lease_seconds=args.lease_seconds, wait_seconds=5
+                    )
+                    continue
+                results = []
+                for p in answer.proposals:
+                    value = log_density_of(model, p.x, config)
+                    results.append((p.id, value))
+                    with lock:
+                        counts["evaluations"] += 1
+                        counts["outside"] += value is None
+                answer = _tell(client, session.id, results, args.lease_seconds)
+
+        with ThreadPoolExecutor(args.concurrency) as pool:
+            for future in [pool.submit(worker) for _ in range(args.concurrency)]:
+                future.result()
+        summary = client.get_session(session.id)
+    print(
+        f"session {session.id}: {summary.status}, {counts['evaluations']} model evaluations, "
+        f"{counts['outside']} told as -inf"
+    )
+    return 0
+
+
+def _tell(client: Any, session_id: str, results: list[Any], lease_seconds: float) -> Any:
+    """Step with ``results``; on a 409 drop the ids it names (another worker answered
+    them first: its values stand) and send the rest."""
+    from kameleon.errors import Conflict
+
+    while True:
+        try:
+            return client.step(session_id, results, max=1, lease_seconds=lease_seconds)
+        except Conflict as exc:
+            if not exc.ids:
+                raise
+            results = [r for r in results if r[0] not in set(exc.ids)]

@@ -14,6 +14,7 @@ from kameleon.core.linalg import single_threaded_blas
 from kameleon.service import __version__, errors
 from kameleon.service.config import Settings
 from kameleon.service.limits import BodySizeLimit
+from kameleon.service.observability import JsonFormatter, Metrics, RequestMetrics
 from kameleon.service.options import document_options
 from kameleon.service.routes import draws, health, operation_id, sampling, sessions
 from kameleon.service.sessions import SessionService
@@ -56,7 +57,8 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
         The app closes only a store it built itself.
     """
     settings = settings or Settings()
-    logging.getLogger("kameleon").setLevel(settings.log_level.upper())
+    _configure_logging(settings)
+    metrics = Metrics()
     # One BLAS thread for the whole process: the same seed and told values give the same
     # draws as in process and in every other service process (core.linalg).
     single_threaded_blas()
@@ -66,6 +68,7 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
         own = store is None
         the_store = store if store is not None else build_store(settings)
         app.state.sessions = SessionService(the_store, settings)
+        app.state.sessions.observe = metrics
         try:
             yield
         finally:
@@ -84,6 +87,7 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
         strict_content_type=False,
     )
     app.state.settings = settings
+    app.state.metrics = metrics
     errors.install(app)
     # The hot routes first, on the app's own router: matched before any other, with no
     # included-router layers between them and the request.
@@ -92,9 +96,28 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
     app.include_router(sessions.router, prefix="/v1")
     app.include_router(sampling.router, prefix="/v1")
     app.include_router(draws.router, prefix="/v1")
+    if settings.metrics:
+        app.include_router(health.metrics_router)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(RequestMetrics, metrics=metrics, log_requests=settings.log_requests)
     _problem_json_errors(app)
     return app
+
+
+def _configure_logging(settings: Settings) -> None:
+    """The service's loggers at ``log_level``; with ``log_format=json``, one JSON object
+    a line (:class:`~kameleon.service.observability.JsonFormatter`)."""
+    logger = logging.getLogger("kameleon")
+    logger.setLevel(settings.log_level.upper())
+    for handler in [h for h in logger.handlers if getattr(h, "_kameleon", False)]:
+        logger.removeHandler(handler)
+    if settings.log_format == "json" or settings.log_requests:
+        handler = logging.StreamHandler()
+        handler._kameleon = True  # type: ignore[attr-defined]
+        if settings.log_format == "json":
+            handler.setFormatter(JsonFormatter())
+        logger.addHandler(handler)
+        logger.propagate = False
 
 
 def _problem_json_errors(app: FastAPI) -> None:

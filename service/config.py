@@ -126,6 +126,15 @@ class Settings(BaseSettings):
         100_000, ge=1, description="Largest `page_size` a client may ask of `GET .../draws`."
     )
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
+    log_format: Literal["text", "json"] = Field(
+        "text", description="`json`: every log line one JSON object, for log collectors."
+    )
+    log_requests: bool = Field(
+        False, description="Log one line per request (method, route, status, duration)."
+    )
+    metrics: bool = Field(
+        True, description="Serve Prometheus metrics at GET /metrics (with a key when keys are set)."
+    )
 
     @field_validator("api_key_hashes")
     @classmethod

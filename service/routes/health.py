@@ -4,14 +4,17 @@ a short time), and ``/v1/health``, both in one answer."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
+from starlette.responses import Response
 
 from kameleon.service import __version__
-from kameleon.service.deps import SessionsDep
+from kameleon.service.deps import OwnerDep, SessionsDep
 from kameleon.service.jsonio import JSON
 from kameleon.service.schemas import Health
 
 router = APIRouter(tags=["health"])
+#: ``GET /metrics`` (``metrics`` setting), outside ``/v1`` where scrapers look for it.
+metrics_router = APIRouter(tags=["health"])
 
 
 @router.get(
@@ -50,3 +53,13 @@ async def ready(sessions: SessionsDep) -> JSON:
     """200 when the store answers within 2 s, else 503: take the process out of a load
     balancer's rotation until it does."""
     return await health(sessions)
+
+
+@metrics_router.get("/metrics", include_in_schema=False)
+async def metrics(request: Request, owner: OwnerDep) -> Response:
+    """Prometheus metrics of this process (text exposition format); needs an API key
+    when keys are configured."""
+    del owner  # checked by the dependency
+    from kameleon.service.observability import CONTENT_TYPE_LATEST
+
+    return Response(request.app.state.metrics.render(), media_type=CONTENT_TYPE_LATEST)

@@ -18,7 +18,7 @@ import asyncio
 import time
 from collections.abc import Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from kameleon.service.config import Settings
 from kameleon.service.sessions.catalog import Catalog, chain_summary
@@ -37,6 +37,14 @@ if TYPE_CHECKING:
 __all__ = ["SessionMeta", "SessionService"]
 
 
+class Observer(Protocol):
+    """What the service reports to (the app's metrics)."""
+
+    def count_answer(self, answer: dict[str, Any]) -> None: ...
+
+    def count_session(self) -> None: ...
+
+
 class SessionService:
     """The protocol's use cases over one store."""
 
@@ -48,6 +56,8 @@ class SessionService:
         self.diagnostics = Diagnostics(store)
         self.stepper = Stepper(store, settings, chains, self.diagnostics)
         self.waiting = Waiting()
+        #: Told every answer of ask, tell and step (the app's metrics), if set.
+        self.observe: Observer | None = None
 
     async def store_ready(self) -> bool:
         try:
@@ -62,7 +72,10 @@ class SessionService:
     # ------------------------------------------------------------------ sessions
 
     async def create(self, body: SessionCreate, owner: str) -> dict[str, Any]:
-        return await self.catalog.create(body, owner)
+        created = await self.catalog.create(body, owner)
+        if self.observe is not None:
+            self.observe.count_session()
+        return created
 
     async def meta(self, session_id: str, owner: str) -> SessionMeta:
         with self._gone(session_id):
@@ -103,7 +116,10 @@ class SessionService:
             outcomes, _, _ = await self.stepper.step(meta, results, 0, 0.0)
         if outcomes:
             self.waiting.wake(session_id)
-        return {"results": outcomes}
+        answer = {"results": outcomes}
+        if self.observe is not None:
+            self.observe.count_answer(answer)
+        return answer
 
     async def step(
         self,
@@ -135,7 +151,10 @@ class SessionService:
                     break
                 await self.waiting.wait(session_id, left, status.get("next_lease_expires_at"))
                 _, proposals, status = await self.stepper.step(meta, [], want, lease, request)
-        return {"results": outcomes, "proposals": proposals, **status}
+        answer = {"results": outcomes, "proposals": proposals, **status}
+        if self.observe is not None:
+            self.observe.count_answer(answer)
+        return answer
 
     async def reset_chain(
         self, session_id: str, owner: str, chain: int, initial: Sequence[float]

@@ -1,0 +1,182 @@
+"""What operators see: Prometheus metrics at ``GET /metrics`` and structured logs.
+
+Metrics (prometheus-client, one registry per app):
+
+- ``kameleon_requests_total{method, route, status}`` and
+  ``kameleon_request_seconds{method, route}`` (a histogram), with the route as a template
+  (``/v1/sessions/{id}/step``), so their number stays bounded;
+- ``kameleon_results_total{outcome}``: told results by outcome (``accepted``,
+  ``rejected``, ``initialized``, ``outside_support``, ``duplicate``);
+- ``kameleon_proposals_total``: proposals handed out;
+- ``kameleon_sessions_created_total``; ``kameleon_store_unavailable_total``: answers 503
+  because the store did not answer.
+
+Each service process counts its own requests (with ``--workers N`` a scrape through the
+one port reaches one of them; scrape each process, or run one per container).
+
+Logs: ``log_format=json`` writes every log line as one JSON object (``time``, ``level``,
+``logger``, ``message``, and the request's fields), for log collectors; ``log_requests``
+adds one line per request (method, route, status, duration, session). No API key or
+request body is ever logged.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+__all__ = ["CONTENT_TYPE_LATEST", "JsonFormatter", "Metrics", "RequestMetrics", "route_of"]
+
+_SESSION = re.compile(r"^/v1/sessions/[^/]+")
+_CHAIN = re.compile(r"/chains/[^/]+/")
+_KNOWN = {
+    "/v1/sessions",
+    "/v1/sessions/{id}",
+    "/v1/sessions/{id}/ask",
+    "/v1/sessions/{id}/tell",
+    "/v1/sessions/{id}/step",
+    "/v1/sessions/{id}/draws",
+    "/v1/sessions/{id}/diagnostics",
+    "/v1/sessions/{id}/chains/{chain}/reset",
+    "/v1/health",
+    "/v1/health/live",
+    "/v1/health/ready",
+    "/v1/openapi.json",
+    "/v1/docs",
+    "/metrics",
+}
+
+
+def route_of(path: str) -> str:
+    """The route template of a request path; ``other`` for a path the app does not
+    serve (so that a scanner cannot blow up the number of series)."""
+    template = _CHAIN.sub("/chains/{chain}/", _SESSION.sub("/v1/sessions/{id}", path))
+    return template if template in _KNOWN else "other"
+
+
+def _session_of(path: str) -> str | None:
+    match = _SESSION.match(path)
+    return match.group(0).rsplit("/", 1)[1] if match and path != "/v1/sessions" else None
+
+
+class Metrics:
+    """The app's counters and histograms, in a registry of its own."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "kameleon_requests",
+            "HTTP requests answered.",
+            ["method", "route", "status"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "kameleon_request_seconds",
+            "Time to answer a request.",
+            ["method", "route"],
+            buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1, 2.5, 10, 30),
+            registry=self.registry,
+        )
+        self.results = Counter(
+            "kameleon_results", "Told results, by outcome.", ["outcome"], registry=self.registry
+        )
+        self.proposals = Counter(
+            "kameleon_proposals", "Proposals handed out.", registry=self.registry
+        )
+        self.sessions = Counter(
+            "kameleon_sessions_created", "Sessions created.", registry=self.registry
+        )
+        self.unavailable = Counter(
+            "kameleon_store_unavailable",
+            "Requests answered 503 because the store did not answer.",
+            registry=self.registry,
+        )
+
+    def render(self) -> bytes:
+        return bytes(generate_latest(self.registry))
+
+    def count_session(self) -> None:
+        self.sessions.inc()
+
+    def count_answer(self, answer: dict[str, Any]) -> None:
+        """Count a step, ask or tell answer's results and proposals."""
+        for result in answer.get("results") or ():
+            self.results.labels(result["outcome"]).inc()
+        proposals = answer.get("proposals")
+        if proposals:
+            self.proposals.inc(len(proposals))
+
+
+class RequestMetrics:
+    """ASGI middleware: count and time every request, and log it if asked."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics, log_requests: bool) -> None:
+        self.app, self.metrics, self.log_requests = app, metrics, log_requests
+        self.log = logging.getLogger("kameleon.requests")
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+
+        async def send_status(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_status)
+        finally:
+            elapsed = time.perf_counter() - started
+            method, path = scope["method"], scope["path"]
+            route = route_of(path)
+            self.metrics.requests.labels(method, route, str(status)).inc()
+            self.metrics.latency.labels(method, route).observe(elapsed)
+            if status == 503:
+                self.metrics.unavailable.inc()
+            if self.log_requests:
+                self.log.info(
+                    "%s %s %d %.1f ms",
+                    method,
+                    route,
+                    status,
+                    1e3 * elapsed,
+                    extra={
+                        "method": method,
+                        "route": route,
+                        "status": status,
+                        "duration_ms": round(1e3 * elapsed, 3),
+                        "session": _session_of(path),
+                    },
+                )
+
+
+_STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime"}
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time (UTC), level, logger, message, and any extra fields."""
+
+    converter = time.gmtime  # type: ignore[assignment]
+
+    def format(self, record: logging.LogRecord) -> str:
+        doc: dict[str, Any] = {
+            "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S") + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        doc.update({k: v for k, v in vars(record).items() if k not in _STANDARD})
+        if record.exc_info:
+            doc["exception"] = self.formatException(record.exc_info)
+        return json.dumps(doc, default=str)

@@ -13,6 +13,7 @@ says what an operator can expect otherwise.
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from collections.abc import Iterator
@@ -24,11 +25,25 @@ from fastapi.testclient import TestClient
 from kameleon.service.app import create_app
 from kameleon.service.config import Settings
 from kameleon.service.store.redis_store import RedisStore
-from tests.redis_cluster import Cluster
+from tests.redis_cluster import Cluster, start_cluster
+from tests.redis_server import find_server_binary
 
 pytestmark = pytest.mark.slow
 
 CHAINS, ITERATIONS = 4, 60
+
+
+@pytest.fixture
+def redis_cluster() -> Iterator[Cluster]:
+    """A cluster of this test's own: it kills one of its nodes (the session's shared
+    cluster serves the store contract suite)."""
+    binary = find_server_binary()
+    if binary is None:
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail("no redis-server")
+        pytest.skip("no redis-server")
+    with start_cluster(binary) as cluster:
+        yield cluster
 
 
 @pytest.fixture

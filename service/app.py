@@ -104,6 +104,39 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
     return app
 
 
+#: (schema, property) -> the setting that bounds it.
+_LIMITS = {
+    ("SessionCreate", "dim"): "max_dim",
+    ("SessionCreate", "chains"): "max_chains",
+    ("SessionCreate", "warmup"): "max_iterations_limit",
+    ("SessionCreate", "max_iterations"): "max_iterations_limit",
+    ("AskRequest", "max"): "max_ask",
+    ("StepRequest", "max"): "max_ask",
+    ("AskRequest", "lease_seconds"): "max_lease_seconds",
+    ("StepRequest", "lease_seconds"): "max_lease_seconds",
+    ("AskRequest", "wait_seconds"): "max_wait_seconds",
+    ("StepRequest", "wait_seconds"): "max_wait_seconds",
+}
+
+
+def _document_limits(spec: dict[str, Any], settings: Settings) -> None:
+    """State the limits this service enforces as the schema's maxima (the committed
+    openapi.yaml shows the defaults; /v1/openapi.json the running configuration)."""
+    schemas = spec["components"]["schemas"]
+
+    def bound(schema: dict[str, Any], maximum: float) -> None:
+        for option in schema.get("anyOf", [schema]):
+            if option.get("type") in ("integer", "number"):
+                option["maximum"] = maximum
+
+    for (name, prop), setting in _LIMITS.items():
+        bound(schemas[name]["properties"][prop], getattr(settings, setting))
+    draws = spec["paths"]["/v1/sessions/{session_id}/draws"]["get"]
+    for parameter in draws["parameters"]:
+        if parameter["name"] == "page_size":
+            bound(parameter["schema"], settings.max_draws_page_size)
+
+
 def _configure_logging(settings: Settings) -> None:
     """The service's loggers at ``log_level``; with ``log_format=json``, one JSON object
     a line (:class:`~kameleon.service.observability.JsonFormatter`)."""
@@ -138,6 +171,7 @@ def _problem_json_errors(app: FastAPI) -> None:
         for unused in ("HTTPValidationError", "ValidationError"):
             schemas.pop(unused, None)
         document_options(spec, SAMPLERS, DEFAULT_ALGORITHM)
+        _document_limits(spec, app.state.settings)
         app.openapi_schema = spec
         return spec
 

@@ -92,3 +92,31 @@ def test_a_key_has_a_quota_of_sessions_and_of_memory(
     assert roomy.post("/v1/sessions", json=am).status_code == 201
     problem = assert_problem(roomy.post("/v1/sessions", json=am), 429)
     assert problem["bytes"] > problem["limit"] == 20_000_000
+
+
+def test_the_largest_allowed_session_grows_the_process_by_about_its_estimate() -> None:
+    """Real memory, measured: the largest AM session a 64 MiB budget allows, created
+    and asked once (which factors its covariance), grows the process's resident size
+    by no more than the budget plus 32 MiB of slack (allocator and interpreter noise),
+    and the next size up is refused."""
+    import psutil
+
+    from kameleon.service.app import create_app
+
+    budget = 64 * 2**20
+
+    def need(d: int) -> int:
+        params = SAMPLERS["am"].make_params(d, {}, warmup=0)
+        return chain_bytes("am", d, params)
+
+    dim = max(d for d in range(100, 3000, 10) if need(d) <= budget)
+    process = psutil.Process()
+    with TestClient(create_app(Settings(max_session_bytes=budget), store=MemoryStore())) as c:
+        before = process.memory_info().rss
+        created = c.post("/v1/sessions", json={"algorithm": "am", "dim": dim})
+        assert created.status_code == 201, created.text
+        c.post(f"/v1/sessions/{created.json()['id']}/ask", json={})
+        grown = process.memory_info().rss - before
+        refused = c.post("/v1/sessions", json={"algorithm": "am", "dim": dim + 50})
+        assert refused.status_code == 422
+    assert grown <= budget + 32 * 2**20, (dim, grown)

@@ -64,3 +64,20 @@ def test_every_operation_documents_its_errors_as_problem_json() -> None:
             for code in codes - {"200", "201", "204"}:
                 content = op["responses"][code].get("content", {})
                 assert "application/problem+json" in content, (method, path, code)
+
+
+def test_the_schema_states_the_limits_the_service_enforces() -> None:
+    """The maxima are the settings' (the defaults in openapi.yaml; a running service's
+    own in its /v1/openapi.json), not the largest exact JSON integer."""
+    from kameleon.service.app import create_app
+    from kameleon.service.config import Settings
+
+    defaults = Settings()
+    schemas = document()["components"]["schemas"]
+    assert schemas["SessionCreate"]["properties"]["dim"]["maximum"] == defaults.max_dim
+    assert schemas["SessionCreate"]["properties"]["chains"]["maximum"] == defaults.max_chains
+    assert schemas["AskRequest"]["properties"]["max"]["maximum"] == defaults.max_ask
+    waits = schemas["StepRequest"]["properties"]["wait_seconds"]
+    assert waits["maximum"] == defaults.max_wait_seconds
+    mine = create_app(Settings(max_dim=50)).openapi()["components"]["schemas"]
+    assert mine["SessionCreate"]["properties"]["dim"]["maximum"] == 50

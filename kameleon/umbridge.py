@@ -111,6 +111,8 @@ def drive(args: argparse.Namespace) -> int:
         def worker() -> None:
             answer = client.ask(session.id, max=1, lease_seconds=args.lease_seconds)
             while not answer.done:
+                if not answer.proposals and answer.status == "needs_initial_point":
+                    return  # a chain waits for a new initial point: nothing more to do
                 if not answer.proposals:
                     answer = client.ask(
                         session.id, max=1, lease_seconds=args.lease_seconds, wait_seconds=5
@@ -129,6 +131,12 @@ def drive(args: argparse.Namespace) -> int:
             for future in [pool.submit(worker) for _ in range(args.concurrency)]:
                 future.result()
         summary = client.get_session(session.id)
+    stuck = [c.chain for c in summary.chain_summaries if c.status == "needs_initial_point"]
+    if stuck:
+        raise ValueError(
+            f"chains {stuck} of session {session.id} have no initial point inside the support "
+            "(give them one: POST .../chains/{chain}/reset)"
+        )
     print(
         f"session {session.id}: {summary.status}, {counts['evaluations']} model evaluations, "
         f"{counts['outside']} told as -inf"

@@ -157,6 +157,10 @@ UMBRIDGE_SERVER = textwrap.dedent(
         def supports_evaluate(self):
             return True
 
+    # serve_models binds every interface: keep the test's server on loopback.
+    from aiohttp import web
+    run_app = web.run_app
+    web.run_app = lambda app, **kw: run_app(app, **{**kw, "host": "127.0.0.1"})
     umbridge.serve_models([Gaussian()], int(sys.argv[1]), max_workers=2)
     """
 )

@@ -138,8 +138,8 @@ def _sessions(args: argparse.Namespace) -> int:
 
 def _session_result(client: Any, session_id: str, include_warmup: bool = False) -> Any:
     """A :class:`~kameleon.result.Result` of a session as it stands."""
+    from kameleon.remote import core_finding
     from kameleon.result import Result
-    from kameleon.sampling import core_finding
 
     session = client.get_session(session_id)
     draws = client.draws(session_id, include_warmup=include_warmup)

@@ -13,34 +13,25 @@ from __future__ import annotations
 import math
 import re
 import secrets
-import threading
-import time
 import warnings
-from collections.abc import Callable, Mapping
-from concurrent.futures import Executor, ProcessPoolExecutor
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 
-from kameleon.client import Client
 from kameleon.core import DEFAULT_ALGORITHM
 from kameleon.core.checks import Finding, SamplingWarning, StopRule
 from kameleon.core.diagnostics import summarize
 from kameleon.core.initial import DEFAULT_MAX_ATTEMPTS
 from kameleon.core.run import sample as core_sample
-from kameleon.errors import Conflict
-from kameleon.models import ChainDiagnostics, Diagnostics, ParameterDiagnostics, Proposal
-from kameleon.models import Finding as ServiceFinding
+from kameleon.models import ChainDiagnostics, Diagnostics, ParameterDiagnostics
 from kameleon.result import Result
 
 __all__ = ["sample"]
 
-LogDensity = Callable[[npt.NDArray[np.float64]], float]
-
-#: How often the progress bar is redrawn, and R-hat asked of a service, in seconds.
-_REFRESH, _RHAT_EVERY = 0.2, 10.0
+from kameleon._run import LogDensity, _Progress, _Run
+from kameleon.remote import served
 
 
 def sample(
@@ -165,7 +156,7 @@ def sample(
     if url is None:
         result = _in_process(run)
     else:
-        result = _served(
+        result = served(
             run,
             url,
             workers=workers,
@@ -195,81 +186,6 @@ def _dim(
     if dim is not None and int(dim) != rows.shape[-1]:
         raise ValueError(f"initial has {rows.shape[-1]} coordinates, dim is {dim}")
     return int(rows.shape[-1]), rows
-
-
-@dataclass
-class _Run:
-    logdensity: LogDensity
-    dim: int
-    initial: npt.NDArray[np.float64] | None
-    algorithm: str
-    chains: int
-    iterations: int
-    warmup: int
-    seed: int
-    rule: StopRule | None
-    initial_radius: float | None
-    max_initial_attempts: int
-    names: list[str]
-    options: dict[str, Any]
-    progress: bool
-
-
-# ---------------------------------------------------------------------- progress
-
-
-@dataclass
-class _Progress:
-    """A tqdm bar of iterations (transitions) with acceptance, evaluations per second and
-    R-hat; a no-op when off. Thread-safe: workers count, one thread draws."""
-
-    total: int
-    enabled: bool
-    started: float = field(default_factory=time.monotonic)
-    iterations: int = 0
-    accepted: int = 0
-    evaluations: int = 0
-    r_hat: float | None = None
-    acceptance_known: bool = True
-    _shown: int = 0
-    _drawn_at: float = 0.0
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-    _bar: Any = None
-
-    def __post_init__(self) -> None:
-        if self.enabled:
-            from tqdm.auto import tqdm
-
-            self._bar = tqdm(total=self.total, unit="it", desc="sampling", dynamic_ncols=True)
-
-    def count(self, evaluations: int, iterations: int, accepted: int) -> None:
-        with self._lock:
-            self.evaluations += evaluations
-            self.iterations += iterations
-            self.accepted += accepted
-
-    def draw(self, force: bool = False) -> None:
-        if self._bar is None:
-            return
-        now = time.monotonic()
-        if not force and now - self._drawn_at < _REFRESH:
-            return
-        self._drawn_at = now
-        with self._lock:
-            n, accepted, evaluations = self.iterations, self.accepted, self.evaluations
-        self._bar.update(n - self._shown)
-        self._shown = n
-        fields = {"eval/s": f"{evaluations / max(now - self.started, 1e-9):.3g}"}
-        if n and self.acceptance_known:
-            fields["acc"] = f"{accepted / n:.2f}"
-        if self.r_hat is not None and not math.isnan(self.r_hat):
-            fields["r_hat"] = f"{self.r_hat:.3f}"
-        self._bar.set_postfix(fields, refresh=False)
-
-    def close(self) -> None:
-        if self._bar is not None:
-            self.draw(force=True)
-            self._bar.close()
 
 
 # -------------------------------------------------------------------- in process
@@ -405,219 +321,3 @@ def _renamed(finding: Finding, names: list[str]) -> Finding:
     name = names[int(match.group(1))]
     message = re.sub(rf"\b{re.escape(finding.parameter)}\b", lambda _: name, finding.message)
     return Finding(finding.code, name, finding.chain, finding.value, finding.threshold, message)
-
-
-# ------------------------------------------------------------ through a service
-
-
-class _Stop(Exception):
-    """Raised inside a worker when the run is over or failed elsewhere."""
-
-
-def _served(
-    run: _Run,
-    url: str,
-    *,
-    workers: int,
-    api_key: str | None,
-    lease_seconds: float,
-    parallel: str,
-    pseudo_marginal: bool,
-    retry_seconds: float,
-) -> Result:
-    def connect() -> Client:
-        return Client(url, api_key=api_key, retry_seconds=retry_seconds)
-
-    total = run.warmup + run.iterations
-    if total < 1:
-        raise ValueError("warmup + iterations must be positive")
-    with connect() as client:
-        session = client.create_session(
-            run.dim,
-            algorithm=run.algorithm,
-            chains=run.chains,
-            initial=run.initial,
-            initial_radius=run.initial_radius,
-            max_initial_attempts=run.max_initial_attempts,
-            seed=run.seed,
-            pseudo_marginal=pseudo_marginal or None,
-            warmup=run.warmup,
-            max_iterations=total,
-            param_names=run.names,
-            options=run.options,
-            stop=None
-            if run.rule is None
-            else {
-                "rhat": run.rule.rhat,
-                "ess": run.rule.ess,
-                "check_every": run.rule.check_every,
-            },
-        )
-        bar = _Progress(run.chains * total, run.progress)
-        pool: Executor | None = (
-            ProcessPoolExecutor(max_workers=workers) if parallel == "processes" else None
-        )
-        state = _Shared(bar=bar)
-        batch = max(1, math.ceil(run.chains / workers))
-        threads = [
-            threading.Thread(
-                target=_worker,
-                args=(connect, session.id, run.logdensity, pool, batch, lease_seconds, state),
-                name=f"kameleon-worker-{w}",
-                daemon=True,
-            )
-            for w in range(workers)
-        ]
-        try:
-            for t in threads:
-                t.start()
-            last_rhat = time.monotonic()
-            while any(t.is_alive() for t in threads):
-                for t in threads:
-                    t.join(timeout=_REFRESH / len(threads))
-                bar.draw()
-                if bar.enabled and time.monotonic() - last_rhat > _RHAT_EVERY:
-                    last_rhat = time.monotonic()
-                    bar.r_hat = _rhat(client, session.id)
-        except BaseException:
-            state.stop.set()
-            for t in threads:
-                t.join()
-            raise
-        finally:
-            bar.close()
-            if pool is not None:
-                pool.shutdown(cancel_futures=True)
-        if state.error is not None:
-            raise state.error
-        if state.needs_initial:
-            summary = client.get_session(session.id)
-            stuck = [c.chain for c in summary.chain_summaries if c.status == "needs_initial_point"]
-            raise ValueError(
-                f"the log density of the initial point is -inf (chains {stuck}; "
-                f"session {session.id} waits for a reset)"
-            )
-        draws = client.draws(session.id)
-        diagnostics = client.diagnostics(session.id)
-    acceptance = np.full(run.chains, np.nan)
-    for ch in diagnostics.chains:
-        if ch.acceptance_rate is not None and ch.chain < run.chains:
-            acceptance[ch.chain] = ch.acceptance_rate
-    log_density = draws.log_density
-    assert log_density is not None  # JSON pages carry them
-    return Result(
-        draws=draws.draws,
-        log_density=log_density,
-        acceptance=acceptance,
-        param_names=draws.param_names or run.names,
-        diagnostics=diagnostics,
-        warnings=[core_finding(w) for w in diagnostics.warnings],
-        seed=run.seed,
-        algorithm=run.algorithm,
-        warmup=run.warmup,
-        session=session.id,
-        url=client.url,
-    )
-
-
-@dataclass
-class _Shared:
-    bar: _Progress
-    stop: threading.Event = field(default_factory=threading.Event)
-    error: BaseException | None = None
-    needs_initial: bool = False
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def fail(self, error: BaseException) -> None:
-        with self.lock:
-            if self.error is None:
-                self.error = error
-        self.stop.set()
-
-
-def _worker(
-    connect: Callable[[], Client],
-    session_id: str,
-    logdensity: LogDensity,
-    pool: Executor | None,
-    batch: int,
-    lease_seconds: float,
-    state: _Shared,
-) -> None:
-    """Ask, evaluate, step, until the session is done or the run stops."""
-    try:
-        with connect() as client:
-            answer = client.ask(session_id, max=batch, lease_seconds=lease_seconds)
-            while not state.stop.is_set():
-                if answer.status == "needs_initial_point":
-                    state.needs_initial = True
-                    state.stop.set()
-                    return
-                if not answer.proposals:
-                    if answer.done:
-                        return
-                    # Every free chain is leased to another worker: the server holds the
-                    # ask until a proposal frees up (a long poll, a second at a time so
-                    # that a stop is seen).
-                    answer = client.ask(
-                        session_id, max=batch, lease_seconds=lease_seconds, wait_seconds=1.0
-                    )
-                    continue
-                results = _evaluate(answer.proposals, logdensity, pool, state)
-                answer = _step(client, session_id, results, batch, lease_seconds, state)
-    except _Stop:
-        return
-    except BaseException as exc:
-        state.fail(exc)
-
-
-def _evaluate(
-    proposals: list[Proposal], logdensity: LogDensity, pool: Executor | None, state: _Shared
-) -> list[tuple[str, float]]:
-    results = []
-    for p in proposals:
-        if state.stop.is_set():
-            raise _Stop
-        x = np.array(p.x, dtype=np.float64)
-        x.flags.writeable = False
-        value = float(pool.submit(logdensity, x).result() if pool is not None else logdensity(x))
-        if math.isnan(value) or value == math.inf:
-            raise ValueError(f"the log density at {x.tolist()} is {value}; it must be < +inf")
-        results.append((p.id, value))
-    return results
-
-
-def _step(
-    client: Client,
-    session_id: str,
-    results: list[tuple[str, float]],
-    batch: int,
-    lease_seconds: float,
-    state: _Shared,
-) -> Any:
-    """Tell ``results`` and ask for more; on a 409 drop the ids it names and resend."""
-    pending = results
-    while True:
-        try:
-            answer = client.step(session_id, pending, max=batch, lease_seconds=lease_seconds)
-        except Conflict as exc:
-            if not exc.ids:
-                raise
-            # Another worker answered these first (our lease ran out): its value stands.
-            pending = [r for r in pending if r[0] not in set(exc.ids)]
-            continue
-        counts = [r.outcome for r in answer.results]
-        moved = counts.count("accepted") + counts.count("rejected")
-        state.bar.count(len(results), moved, counts.count("accepted"))
-        return answer
-
-
-def _rhat(client: Client, session_id: str) -> float | None:
-    try:
-        return client.diagnostics(session_id).max_r_hat
-    except Exception:  # the bar is a nicety: never fail a run for it
-        return None
-
-
-def core_finding(w: ServiceFinding) -> Finding:
-    return Finding(w.code, w.parameter, w.chain, w.value, w.threshold, w.message)

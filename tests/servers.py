@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
@@ -36,17 +37,22 @@ def serving(
     """Run ``argv`` until its ``/v1/health`` answers; yield the base URL; stop it.
 
     ``env`` is added to this process's environment (or replaces it, without
-    ``inherit_environment``); the output goes to ``log`` when given.
+    ``inherit_environment``); the output goes to ``log`` when given, else to a temporary
+    file (a pipe that nobody reads would block a chatty server, and leak its handle).
     """
     environment = {**os.environ, **env} if inherit_environment else dict(env)
     with ExitStack() as stack:
-        out = stack.enter_context(log.open("w")) if log is not None else subprocess.PIPE
+        if log is not None:
+            out = stack.enter_context(log.open("w"))
+        else:
+            out = stack.enter_context(tempfile.TemporaryFile("w+"))
         proc = subprocess.Popen(argv, env=environment, stdout=out, stderr=subprocess.STDOUT)
 
         def output() -> str:
             if log is not None:
                 return log.read_text()
-            return proc.stdout.read().decode() if proc.stdout else ""
+            out.seek(0)
+            return str(out.read())
 
         url = f"http://127.0.0.1:{port}"
         try:

@@ -1,41 +1,17 @@
 """The Redis store: sessions shared by any number of service processes.
 
-Data model (``P`` is the key prefix, ``S`` the session id; the braces are a Redis Cluster
-hash tag, so a session lives in one slot and one script may touch all its keys):
-
-``P:{S}:meta``       the session's metadata (opaque bytes), written once
-``P:{S}:leases``     sorted set: active chain -> lease expiry; free chains score <= now
-``P:{S}:c:<k>``      hash, chain k's small hot record (:data:`FIELDS`): ``v`` version,
-                     ``s`` state, ``cv`` cold version, ``a`` active, ``i`` told initial
-                     value (8 bytes), ``n`` draws, ``e`` initial points told; its lease
-                     expiry is its score in ``leases``
-``P:{S}:cold:<k>``   chain k's cold part (JSON), rewritten only when it changes
-``P:{S}:draws:<k>``  chain k's draws, fixed-size little-endian float64 rows, appended
-``P:{S}:counts``     hash: chains still in warm-up (``warming``), done (``finished``)
-                     and waiting for a new initial point (``waiting``); why the session
-                     was stopped (``stopped_by``), if it was; the latest diagnostics
-                     (``diag``), their warnings (``warn``) and the total draws they were
-                     computed on (``diag_draws``); the number of chains (``chains``) and
-                     the owner (``owner``), so that the metadata stays opaque
-``P:owner:<o>``      sorted set of owner o's session ids by creation time (the listing)
-
-Every tell, step and ask is one call of one registered Lua script (``apply.lua``): it
-checks every updated chain's version, then (all matching) writes the states, appends the
-draws and bumps the versions, then leases free chains (none once the session is stopped:
-``stop`` sets ``stopped_by`` in one command, which the script reads first); no WATCH
-loops. Every key a script touches is passed in KEYS (computed here by :class:`Keys`), so
-Redis Cluster routes and checks it. The records of free chains leased by an ask are read
-in a second round trip. Nothing is pickled. Every key of a session expires after the
-configured idle time; using the session refreshes it.
+The data model (keys, record fields, the Lua scripts) is in
+:mod:`kameleon.service.store.redis_layout`. Every tell, step and ask is one call of one
+registered Lua script, which checks every updated chain's version, writes, appends and
+leases in one atomic step; no WATCH loops, nothing pickled. A write that Redis runs
+after its deadline changes nothing (see :meth:`RedisStore.from_url`).
 """
 
 from __future__ import annotations
 
-import struct
 import time
-from collections.abc import Callable, Coroutine, Iterable, Sequence
-from importlib import resources
-from typing import Any, ParamSpec, TypeVar, cast
+from collections.abc import Iterable, Sequence
+from typing import Any, cast
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
@@ -55,124 +31,20 @@ from kameleon.service.store.base import (
     Store,
     StoreUnavailable,
 )
-
-__all__ = ["FIELDS", "Keys", "RedisStore"]
-
-#: Fields of a chain's record hash, in the order :func:`_record` reads them (the lease
-#: expiry, from the ``leases`` sorted set, follows them).
-FIELDS = ("v", "s", "cv", "a", "i", "n", "e")
-APPLY_SCRIPT = (
-    resources.files("kameleon.service.store")
-    .joinpath("apply.lua")
-    .read_text("utf-8")
-    .replace("--[[FIELDS]]", ", ".join(f"'{f}'" for f in FIELDS))
+from kameleon.service.store.redis_layout import (
+    APPLY_SCRIPT,
+    CLUSTER_SCHEMES,
+    FIELDS,
+    SAVE_DIAGNOSTICS_SCRIPT,
+    STOP_SCRIPT,
+    Keys,
+    plain_url,
+    record,
+    unavailable,
+    update_args,
 )
-# KEYS: meta, counts. ARGV: the reason. The reason that stands, or nil: no such session.
-STOP_SCRIPT = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return nil end
-redis.call('HSETNX', KEYS[2], 'stopped_by', ARGV[1])
-return redis.call('HGET', KEYS[2], 'stopped_by')
-"""
-# KEYS: meta, counts. ARGV: draws, diagnostics, warnings. 1, or 0: no such session.
-SAVE_DIAGNOSTICS_SCRIPT = """
-if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-local kept = tonumber(redis.call('HGET', KEYS[2], 'diag_draws') or '-1')
-if tonumber(ARGV[1]) >= kept then
-  redis.call('HSET', KEYS[2], 'diag_draws', ARGV[1], 'diag', ARGV[2], 'warn', ARGV[3])
-end
-return 1
-"""
-P = ParamSpec("P")
-T = TypeVar("T")
 
-
-def _unavailable(fn: Callable[P, Coroutine[Any, Any, T]]) -> Callable[P, Coroutine[Any, Any, T]]:
-    """Turn connection failures into :class:`StoreUnavailable`."""
-
-    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
-        try:
-            return await fn(*args, **kwargs)
-        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
-            raise StoreUnavailable(str(exc)) from exc
-
-    wrapper.__name__ = fn.__name__
-    wrapper.__doc__ = fn.__doc__
-    return wrapper
-
-
-def _f64(raw: bytes) -> float | None:
-    return float(struct.unpack("<d", raw)[0]) if raw else None
-
-
-def _record(chain: Any, values: Sequence[Any]) -> ChainRecord:
-    """A record from the values of :data:`FIELDS` and the lease expiry, in that order."""
-    version, state, cold_version, active, init, draws, inits, lease = (
-        b"" if v is None else v for v in values
-    )
-    return ChainRecord(
-        chain=int(chain),
-        version=int(version),
-        state=bytes(state),
-        cold_version=int(cold_version or 0),
-        lease_until=float(lease or 0),
-        active=active == b"1",
-        init_value=_f64(init),
-        draws=int(draws or 0),
-        inits=int(inits or 0),
-    )
-
-
-class Keys:
-    """The keys of one session: all under its hash tag, so in one Cluster slot."""
-
-    def __init__(self, prefix: str, session_id: str) -> None:
-        self.base = f"{prefix}:{{{session_id}}}:"
-        self.meta = self.base + "meta"
-        self.leases = self.base + "leases"
-        self.counts = self.base + "counts"
-
-    def request(self, request_id: str) -> str:
-        """What the call with ``request_id`` leased (see :meth:`Store.apply`)."""
-        return f"{self.base}req:{request_id}"
-
-    def chain(self, k: int) -> tuple[str, str, str]:
-        """Chain k's record, cold part and draws."""
-        return f"{self.base}c:{k}", f"{self.base}cold:{k}", f"{self.base}draws:{k}"
-
-    def every(self, chains: int) -> list[str]:
-        keys = [self.meta, self.leases, self.counts]
-        for k in range(chains):
-            keys += self.chain(k)
-        return keys
-
-
-def _args(update: ChainUpdate) -> list[Any]:
-    """An update's group of ARGV (see ``apply.lua``)."""
-    return [
-        str(update.chain),
-        str(update.expected_version),
-        update.state,
-        "1" if update.active else "0",
-        update.cold if update.cold is not None else b"",
-        update.draw if update.draw is not None else b"",
-        struct.pack("<d", update.init_value) if update.init_value is not None else b"",
-        repr(float(update.lease_seconds)),
-        "1" if update.init_told else "0",
-        str(update.counts.warming),
-        str(update.counts.finished),
-        str(update.counts.waiting),
-    ]
-
-
-#: URL schemes of a Redis Cluster (``redis+cluster://host:port``, with TLS
-#: ``rediss+cluster://``): the client discovers the other nodes from the one named.
-CLUSTER_SCHEMES = ("redis+cluster://", "rediss+cluster://")
-
-
-def _plain_url(url: str) -> str:
-    """``redis+cluster://h:p/0`` -> ``redis://h:p/0``."""
-    scheme, rest = url.split("://", 1)
-    return f"{scheme.removesuffix('+cluster')}://{rest}"
+__all__ = ["APPLY_SCRIPT", "FIELDS", "Keys", "RedisStore"]
 
 
 class RedisStore(Store):
@@ -225,7 +97,7 @@ class RedisStore(Store):
         if url.startswith(CLUSTER_SCHEMES):
             # A Redis Cluster: every key of a session carries the session's hash tag, so
             # each script and transaction runs on the one node that serves its slot.
-            client = RedisCluster.from_url(_plain_url(url), **options)
+            client = RedisCluster.from_url(plain_url(url), **options)
         else:
             retry = Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,))
             client = aioredis.Redis.from_url(url, retry=retry, **options)
@@ -246,7 +118,7 @@ class RedisStore(Store):
     async def close(self) -> None:
         await self.client.aclose()
 
-    @_unavailable
+    @unavailable
     async def create_session(
         self,
         session_id: str,
@@ -285,14 +157,14 @@ class RedisStore(Store):
         seconds, micros = await self.client.time()
         return float(seconds) + micros / 1e6
 
-    @_unavailable
+    @unavailable
     async def get_meta(self, session_id: str) -> bytes:
         raw = await self.client.get(self._keys(session_id).meta)
         if raw is None:
             raise SessionNotFound(session_id)
         return cast(bytes, raw)
 
-    @_unavailable
+    @unavailable
     async def list_sessions(self, owner: str, cursor: str | None, limit: int) -> SessionPage:
         if cursor and (not cursor.isdigit() or len(cursor) > 18):
             raise ValueError("cursor is not one this store gave out")
@@ -331,7 +203,7 @@ class RedisStore(Store):
             count += 1
         return count, None
 
-    @_unavailable
+    @unavailable
     async def delete_session(self, session_id: str) -> None:
         keys = self._keys(session_id)
         chains, owner = await self._session(keys)
@@ -355,14 +227,14 @@ class RedisStore(Store):
             values, lease = replies[2 * k], replies[2 * k + 1]
             if values[0] is None:
                 raise SessionNotFound(keys.base)
-            out.append(_record(c, [*values, lease]))
+            out.append(record(c, [*values, lease]))
         return out
 
-    @_unavailable
+    @unavailable
     async def load_chains(self, session_id: str, chains: Iterable[int]) -> list[ChainRecord]:
         return await self._load(self._keys(session_id), chains)
 
-    @_unavailable
+    @unavailable
     async def load_cold(self, session_id: str, chain: int) -> tuple[int, bytes]:
         key, cold_key, _ = self._keys(session_id).chain(chain)
         async with self.client.pipeline(transaction=True) as pipe:
@@ -373,7 +245,7 @@ class RedisStore(Store):
             raise SessionNotFound(session_id)
         return int(version), bytes(cold)
 
-    @_unavailable
+    @unavailable
     async def apply(
         self,
         session_id: str,
@@ -390,7 +262,7 @@ class RedisStore(Store):
         args += [str(c) for c in exclude]
         for up in updates:
             script_keys += keys.chain(up.chain)
-            args += _args(up)
+            args += update_args(up)
         if request is not None:
             script_keys.append(keys.request(request))
         args.append(await self._deadline())
@@ -403,12 +275,12 @@ class RedisStore(Store):
         _, now, applied, conflicts, leased, free, warming, finished, waiting, stopped = reply[:10]
         replayed, next_expiry = reply[10:12]
         self._clock_offset = float(now) - time.time()
-        records = [_record(r[0], r[1:]) for r in leased]
+        records = [record(r[0], r[1:]) for r in leased]
         if free:
             records += await self._load(keys, [int(c) for c in free])
         return ApplyResult(
             frozenset(int(c) for c in applied),
-            {int(r[0]): _record(r[0], r[1:]) for r in conflicts},
+            {int(r[0]): record(r[0], r[1:]) for r in conflicts},
             records,
             float(now),
             Counts(int(warming), int(finished), int(waiting or 0)),
@@ -426,7 +298,7 @@ class RedisStore(Store):
             self._clock_offset = await self._clock() - time.time()
         return repr(time.time() + self._clock_offset + 0.75 * self.timeout)
 
-    @_unavailable
+    @unavailable
     async def stop(self, session_id: str, reason: str) -> str:
         keys = self._keys(session_id)
         reply = await self._stop(keys=[keys.meta, keys.counts], args=[reason])
@@ -434,7 +306,7 @@ class RedisStore(Store):
             raise SessionNotFound(session_id)
         return cast(bytes, reply).decode()
 
-    @_unavailable
+    @unavailable
     async def notes(self, session_id: str, *, diagnostics: bool = False) -> SessionNotes:
         keys = self._keys(session_id)
         fields = ["stopped_by", "warn"] + (["diag"] if diagnostics else [])
@@ -451,7 +323,7 @@ class RedisStore(Store):
             bytes(rest[0]) if rest and rest[0] is not None else None,
         )
 
-    @_unavailable
+    @unavailable
     async def save_diagnostics(
         self, session_id: str, draws: int, diagnostics: bytes, warnings: bytes
     ) -> None:
@@ -462,7 +334,7 @@ class RedisStore(Store):
         if not int(reply):
             raise SessionNotFound(session_id)
 
-    @_unavailable
+    @unavailable
     async def read_draws(
         self, session_id: str, chain: int, start: int, stop: int, row_bytes: int
     ) -> bytes:
@@ -474,7 +346,7 @@ class RedisStore(Store):
             raise SessionNotFound(session_id)
         return raw
 
-    @_unavailable
+    @unavailable
     async def touch(self, session_id: str) -> None:
         keys = self._keys(session_id)
         chains, _ = await self._session(keys)

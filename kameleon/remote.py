@@ -1,0 +1,237 @@
+""":func:`kameleon.sample` through a service: a session, and ``workers`` workers that
+ask for proposals with a lease, evaluate them and step, until the session is done."""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Executor, ProcessPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from kameleon._run import _REFRESH, _RHAT_EVERY, LogDensity, _Progress, _Run
+from kameleon.client import Client
+from kameleon.core.checks import Finding
+from kameleon.errors import Conflict
+from kameleon.models import Finding as ServiceFinding
+from kameleon.models import Proposal
+from kameleon.result import Result
+
+__all__ = ["core_finding", "served"]
+
+
+class _Stop(Exception):
+    """Raised inside a worker when the run is over or failed elsewhere."""
+
+
+def served(
+    run: _Run,
+    url: str,
+    *,
+    workers: int,
+    api_key: str | None,
+    lease_seconds: float,
+    parallel: str,
+    pseudo_marginal: bool,
+    retry_seconds: float,
+) -> Result:
+    def connect() -> Client:
+        return Client(url, api_key=api_key, retry_seconds=retry_seconds)
+
+    total = run.warmup + run.iterations
+    if total < 1:
+        raise ValueError("warmup + iterations must be positive")
+    with connect() as client:
+        session = client.create_session(
+            run.dim,
+            algorithm=run.algorithm,
+            chains=run.chains,
+            initial=run.initial,
+            initial_radius=run.initial_radius,
+            max_initial_attempts=run.max_initial_attempts,
+            seed=run.seed,
+            pseudo_marginal=pseudo_marginal or None,
+            warmup=run.warmup,
+            max_iterations=total,
+            param_names=run.names,
+            options=run.options,
+            stop=None
+            if run.rule is None
+            else {
+                "rhat": run.rule.rhat,
+                "ess": run.rule.ess,
+                "check_every": run.rule.check_every,
+            },
+        )
+        bar = _Progress(run.chains * total, run.progress)
+        pool: Executor | None = (
+            ProcessPoolExecutor(max_workers=workers) if parallel == "processes" else None
+        )
+        state = _Shared(bar=bar)
+        batch = max(1, math.ceil(run.chains / workers))
+        threads = [
+            threading.Thread(
+                target=_worker,
+                args=(connect, session.id, run.logdensity, pool, batch, lease_seconds, state),
+                name=f"kameleon-worker-{w}",
+                daemon=True,
+            )
+            for w in range(workers)
+        ]
+        try:
+            for t in threads:
+                t.start()
+            last_rhat = time.monotonic()
+            while any(t.is_alive() for t in threads):
+                for t in threads:
+                    t.join(timeout=_REFRESH / len(threads))
+                bar.draw()
+                if bar.enabled and time.monotonic() - last_rhat > _RHAT_EVERY:
+                    last_rhat = time.monotonic()
+                    bar.r_hat = _rhat(client, session.id)
+        except BaseException:
+            state.stop.set()
+            for t in threads:
+                t.join()
+            raise
+        finally:
+            bar.close()
+            if pool is not None:
+                pool.shutdown(cancel_futures=True)
+        if state.error is not None:
+            raise state.error
+        if state.needs_initial:
+            summary = client.get_session(session.id)
+            stuck = [c.chain for c in summary.chain_summaries if c.status == "needs_initial_point"]
+            raise ValueError(
+                f"the log density of the initial point is -inf (chains {stuck}; "
+                f"session {session.id} waits for a reset)"
+            )
+        draws = client.draws(session.id)
+        diagnostics = client.diagnostics(session.id)
+    acceptance = np.full(run.chains, np.nan)
+    for ch in diagnostics.chains:
+        if ch.acceptance_rate is not None and ch.chain < run.chains:
+            acceptance[ch.chain] = ch.acceptance_rate
+    log_density = draws.log_density
+    assert log_density is not None  # JSON pages carry them
+    return Result(
+        draws=draws.draws,
+        log_density=log_density,
+        acceptance=acceptance,
+        param_names=draws.param_names or run.names,
+        diagnostics=diagnostics,
+        warnings=[core_finding(w) for w in diagnostics.warnings],
+        seed=run.seed,
+        algorithm=run.algorithm,
+        warmup=run.warmup,
+        session=session.id,
+        url=client.url,
+    )
+
+
+@dataclass
+class _Shared:
+    bar: _Progress
+    stop: threading.Event = field(default_factory=threading.Event)
+    error: BaseException | None = None
+    needs_initial: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def fail(self, error: BaseException) -> None:
+        with self.lock:
+            if self.error is None:
+                self.error = error
+        self.stop.set()
+
+
+def _worker(
+    connect: Callable[[], Client],
+    session_id: str,
+    logdensity: LogDensity,
+    pool: Executor | None,
+    batch: int,
+    lease_seconds: float,
+    state: _Shared,
+) -> None:
+    """Ask, evaluate, step, until the session is done or the run stops."""
+    try:
+        with connect() as client:
+            answer = client.ask(session_id, max=batch, lease_seconds=lease_seconds)
+            while not state.stop.is_set():
+                if answer.status == "needs_initial_point":
+                    state.needs_initial = True
+                    state.stop.set()
+                    return
+                if not answer.proposals:
+                    if answer.done:
+                        return
+                    # Every free chain is leased to another worker: the server holds the
+                    # ask until a proposal frees up (a long poll, a second at a time so
+                    # that a stop is seen).
+                    answer = client.ask(
+                        session_id, max=batch, lease_seconds=lease_seconds, wait_seconds=1.0
+                    )
+                    continue
+                results = _evaluate(answer.proposals, logdensity, pool, state)
+                answer = _step(client, session_id, results, batch, lease_seconds, state)
+    except _Stop:
+        return
+    except BaseException as exc:
+        state.fail(exc)
+
+
+def _evaluate(
+    proposals: list[Proposal], logdensity: LogDensity, pool: Executor | None, state: _Shared
+) -> list[tuple[str, float]]:
+    results = []
+    for p in proposals:
+        if state.stop.is_set():
+            raise _Stop
+        x = np.array(p.x, dtype=np.float64)
+        x.flags.writeable = False
+        value = float(pool.submit(logdensity, x).result() if pool is not None else logdensity(x))
+        if math.isnan(value) or value == math.inf:
+            raise ValueError(f"the log density at {x.tolist()} is {value}; it must be < +inf")
+        results.append((p.id, value))
+    return results
+
+
+def _step(
+    client: Client,
+    session_id: str,
+    results: list[tuple[str, float]],
+    batch: int,
+    lease_seconds: float,
+    state: _Shared,
+) -> Any:
+    """Tell ``results`` and ask for more; on a 409 drop the ids it names and resend."""
+    pending = results
+    while True:
+        try:
+            answer = client.step(session_id, pending, max=batch, lease_seconds=lease_seconds)
+        except Conflict as exc:
+            if not exc.ids:
+                raise
+            # Another worker answered these first (our lease ran out): its value stands.
+            pending = [r for r in pending if r[0] not in set(exc.ids)]
+            continue
+        counts = [r.outcome for r in answer.results]
+        moved = counts.count("accepted") + counts.count("rejected")
+        state.bar.count(len(results), moved, counts.count("accepted"))
+        return answer
+
+
+def _rhat(client: Client, session_id: str) -> float | None:
+    try:
+        return client.diagnostics(session_id).max_r_hat
+    except Exception:  # the bar is a nicety: never fail a run for it
+        return None
+
+
+def core_finding(w: ServiceFinding) -> Finding:
+    return Finding(w.code, w.parameter, w.chain, w.value, w.threshold, w.message)

@@ -1,0 +1,172 @@
+"""How the Redis store lays sessions out: keys, record fields, scripts, arguments.
+
+Data model (``P`` is the key prefix, ``S`` the session id; the braces are a Redis Cluster
+hash tag, so a session lives in one slot and one script may touch all its keys):
+
+``P:{S}:meta``       the session's metadata (opaque bytes), written once
+``P:{S}:leases``     sorted set: active chain -> lease expiry; free chains score <= now
+``P:{S}:c:<k>``      hash, chain k's small hot record (:data:`FIELDS`): ``v`` version,
+                     ``s`` state, ``cv`` cold version, ``a`` active, ``i`` told initial
+                     value (8 bytes), ``n`` draws, ``e`` initial points told; its lease
+                     expiry is its score in ``leases``
+``P:{S}:cold:<k>``   chain k's cold part (JSON), rewritten only when it changes
+``P:{S}:draws:<k>``  chain k's draws, fixed-size little-endian float64 rows, appended
+``P:{S}:counts``     hash: chains still in warm-up (``warming``), done (``finished``)
+                     and waiting for a new initial point (``waiting``); why the session
+                     was stopped (``stopped_by``), if it was; the latest diagnostics
+                     (``diag``), their warnings (``warn``) and the total draws they were
+                     computed on (``diag_draws``); the number of chains (``chains``) and
+                     the owner (``owner``), so that the metadata stays opaque
+``P:owner:<o>``      sorted set of owner o's session ids by creation time (the listing)
+
+Every tell, step and ask is one call of one registered Lua script (``apply.lua``): it
+checks every updated chain's version, then (all matching) writes the states, appends the
+draws and bumps the versions, then leases free chains (none once the session is stopped:
+``stop`` sets ``stopped_by`` in one command, which the script reads first); no WATCH
+loops. Every key a script touches is passed in KEYS (computed here by :class:`Keys`), so
+Redis Cluster routes and checks it. The records of free chains leased by an ask are read
+in a second round trip. Nothing is pickled. Every key of a session expires after the
+configured idle time; using the session refreshes it.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Coroutine, Sequence
+from importlib import resources
+from typing import Any, ParamSpec, TypeVar
+
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from kameleon.service.store.base import ChainRecord, ChainUpdate, StoreUnavailable
+
+__all__ = [
+    "APPLY_SCRIPT",
+    "CLUSTER_SCHEMES",
+    "FIELDS",
+    "SAVE_DIAGNOSTICS_SCRIPT",
+    "STOP_SCRIPT",
+    "Keys",
+    "f64",
+    "plain_url",
+    "record",
+    "unavailable",
+    "update_args",
+]
+
+#: Fields of a chain's record hash, in the order :func:`record` reads them (the lease
+#: expiry, from the ``leases`` sorted set, follows them).
+FIELDS = ("v", "s", "cv", "a", "i", "n", "e")
+APPLY_SCRIPT = (
+    resources.files("kameleon.service.store")
+    .joinpath("apply.lua")
+    .read_text("utf-8")
+    .replace("--[[FIELDS]]", ", ".join(f"'{f}'" for f in FIELDS))
+)
+# KEYS: meta, counts. ARGV: the reason. The reason that stands, or nil: no such session.
+STOP_SCRIPT = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return nil end
+redis.call('HSETNX', KEYS[2], 'stopped_by', ARGV[1])
+return redis.call('HGET', KEYS[2], 'stopped_by')
+"""
+# KEYS: meta, counts. ARGV: draws, diagnostics, warnings. 1, or 0: no such session.
+SAVE_DIAGNOSTICS_SCRIPT = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+local kept = tonumber(redis.call('HGET', KEYS[2], 'diag_draws') or '-1')
+if tonumber(ARGV[1]) >= kept then
+  redis.call('HSET', KEYS[2], 'diag_draws', ARGV[1], 'diag', ARGV[2], 'warn', ARGV[3])
+end
+return 1
+"""
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+def unavailable(fn: Callable[P, Coroutine[Any, Any, T]]) -> Callable[P, Coroutine[Any, Any, T]]:
+    """Turn connection failures into :class:`StoreUnavailable`."""
+
+    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+        try:
+            return await fn(*args, **kwargs)
+        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+            raise StoreUnavailable(str(exc)) from exc
+
+    wrapper.__name__ = fn.__name__
+    wrapper.__doc__ = fn.__doc__
+    return wrapper
+
+
+def f64(raw: bytes) -> float | None:
+    return float(struct.unpack("<d", raw)[0]) if raw else None
+
+
+def record(chain: Any, values: Sequence[Any]) -> ChainRecord:
+    """A record from the values of :data:`FIELDS` and the lease expiry, in that order."""
+    version, state, cold_version, active, init, draws, inits, lease = (
+        b"" if v is None else v for v in values
+    )
+    return ChainRecord(
+        chain=int(chain),
+        version=int(version),
+        state=bytes(state),
+        cold_version=int(cold_version or 0),
+        lease_until=float(lease or 0),
+        active=active == b"1",
+        init_value=f64(init),
+        draws=int(draws or 0),
+        inits=int(inits or 0),
+    )
+
+
+class Keys:
+    """The keys of one session: all under its hash tag, so in one Cluster slot."""
+
+    def __init__(self, prefix: str, session_id: str) -> None:
+        self.base = f"{prefix}:{{{session_id}}}:"
+        self.meta = self.base + "meta"
+        self.leases = self.base + "leases"
+        self.counts = self.base + "counts"
+
+    def request(self, request_id: str) -> str:
+        """What the call with ``request_id`` leased (see :meth:`Store.apply`)."""
+        return f"{self.base}req:{request_id}"
+
+    def chain(self, k: int) -> tuple[str, str, str]:
+        """Chain k's record, cold part and draws."""
+        return f"{self.base}c:{k}", f"{self.base}cold:{k}", f"{self.base}draws:{k}"
+
+    def every(self, chains: int) -> list[str]:
+        keys = [self.meta, self.leases, self.counts]
+        for k in range(chains):
+            keys += self.chain(k)
+        return keys
+
+
+def update_args(update: ChainUpdate) -> list[Any]:
+    """An update's group of ARGV (see ``apply.lua``)."""
+    return [
+        str(update.chain),
+        str(update.expected_version),
+        update.state,
+        "1" if update.active else "0",
+        update.cold if update.cold is not None else b"",
+        update.draw if update.draw is not None else b"",
+        struct.pack("<d", update.init_value) if update.init_value is not None else b"",
+        repr(float(update.lease_seconds)),
+        "1" if update.init_told else "0",
+        str(update.counts.warming),
+        str(update.counts.finished),
+        str(update.counts.waiting),
+    ]
+
+
+#: URL schemes of a Redis Cluster (``redis+cluster://host:port``, with TLS
+#: ``rediss+cluster://``): the client discovers the other nodes from the one named.
+CLUSTER_SCHEMES = ("redis+cluster://", "rediss+cluster://")
+
+
+def plain_url(url: str) -> str:
+    """``redis+cluster://h:p/0`` -> ``redis://h:p/0``."""
+    scheme, rest = url.split("://", 1)
+    return f"{scheme.removesuffix('+cluster')}://{rest}"

@@ -30,6 +30,8 @@ from typing import Any
 
 import numpy as np
 
+from kameleon.remote import session_result
+
 __all__ = ["main"]
 
 EXIT_FAILED, EXIT_USAGE = 1, 2
@@ -132,40 +134,13 @@ def _sessions(args: argparse.Namespace) -> int:
             f"chains, {session.iterations} iterations, status {session.status}"
             + (f" (stopped by {session.stopped_by})" if session.stopped_by else "")
         )
-        print(_session_result(client, args.session).summary())
+        print(session_result(client, args.session).summary())
         return 0
-
-
-def _session_result(client: Any, session_id: str, include_warmup: bool = False) -> Any:
-    """A :class:`~kameleon.result.Result` of a session as it stands."""
-    from kameleon.remote import core_finding
-    from kameleon.result import Result
-
-    session = client.get_session(session_id)
-    draws = client.draws(session_id, include_warmup=include_warmup)
-    diagnostics = client.diagnostics(session_id)
-    acceptance = np.full(session.chains, np.nan)
-    for ch in diagnostics.chains:
-        if ch.acceptance_rate is not None and ch.chain < session.chains:
-            acceptance[ch.chain] = ch.acceptance_rate
-    return Result(
-        draws=draws.draws,
-        log_density=draws.log_density,
-        acceptance=acceptance,
-        param_names=draws.param_names,
-        diagnostics=diagnostics,
-        warnings=[core_finding(w) for w in diagnostics.warnings],
-        seed=session.seed,
-        algorithm=session.algorithm,
-        warmup=session.warmup,
-        session=session_id,
-        url=client.url,
-    )
 
 
 def _export(args: argparse.Namespace) -> int:
     with _client(args) as client:
-        result = _session_result(client, args.session, args.include_warmup)
+        result = session_result(client, args.session, include_warmup=args.include_warmup)
     out = Path(args.out)
     if args.format == "csv":
         written = [result.to_csv(out)]

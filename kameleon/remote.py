@@ -21,7 +21,7 @@ from kameleon.models import Finding as ServiceFinding
 from kameleon.models import Proposal
 from kameleon.result import Result
 
-__all__ = ["core_finding", "served"]
+__all__ = ["core_finding", "served", "session_result"]
 
 
 class _Stop(Exception):
@@ -111,11 +111,26 @@ def served(
                 f"the log density of the initial point is -inf (chains {stuck}; "
                 f"session {session.id} waits for a reset)"
             )
-        draws = client.draws(session.id)
-        diagnostics = client.diagnostics(session.id)
-    acceptance = np.full(run.chains, np.nan)
+        return session_result(client, session.id, chains=run.chains, names=run.names)
+
+
+def session_result(
+    client: Client,
+    session_id: str,
+    *,
+    chains: int | None = None,
+    names: list[str] | None = None,
+    include_warmup: bool = False,
+) -> Result:
+    """A :class:`~kameleon.result.Result` of a session as it stands: every page of its
+    draws (post-warm-up unless ``include_warmup``), its diagnostics and warnings."""
+    session = client.get_session(session_id)
+    draws = client.draws(session_id, include_warmup=include_warmup)
+    diagnostics = client.diagnostics(session_id)
+    n = session.chains if chains is None else chains
+    acceptance = np.full(n, np.nan)
     for ch in diagnostics.chains:
-        if ch.acceptance_rate is not None and ch.chain < run.chains:
+        if ch.acceptance_rate is not None and ch.chain < n:
             acceptance[ch.chain] = ch.acceptance_rate
     log_density = draws.log_density
     assert log_density is not None  # JSON pages carry them
@@ -123,13 +138,13 @@ def served(
         draws=draws.draws,
         log_density=log_density,
         acceptance=acceptance,
-        param_names=draws.param_names or run.names,
+        param_names=draws.param_names or names or list(session.param_names),
         diagnostics=diagnostics,
         warnings=[core_finding(w) for w in diagnostics.warnings],
-        seed=run.seed,
-        algorithm=run.algorithm,
-        warmup=run.warmup,
-        session=session.id,
+        seed=session.seed,
+        algorithm=session.algorithm,
+        warmup=session.warmup,
+        session=session_id,
         url=client.url,
     )
 

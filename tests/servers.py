@@ -8,13 +8,14 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 
-__all__ = ["KAMELEON", "free_port", "serving"]
+__all__ = ["KAMELEON", "free_port", "serving", "wait_for_health"]
 
 KAMELEON = str(Path(sys.executable).with_name("kameleon"))
 
@@ -23,6 +24,25 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def wait_for_health(
+    url: str, proc: subprocess.Popen[Any], output: Callable[[], str] = lambda: ""
+) -> None:
+    """Until ``url``'s ``/v1/health`` answers (200, or 503: up, its store not ready);
+    fails at once if ``proc`` exits, and after 30 s."""
+    deadline = time.monotonic() + 30
+    while True:
+        if proc.poll() is not None:
+            raise AssertionError(f"{proc.args} exited with {proc.returncode}:\n{output()}")
+        try:
+            if httpx.get(url + "/v1/health", timeout=1).status_code in (200, 503):
+                return
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{proc.args} did not answer health")
+        time.sleep(0.1)
 
 
 @contextmanager
@@ -56,18 +76,7 @@ def serving(
 
         url = f"http://127.0.0.1:{port}"
         try:
-            deadline = time.monotonic() + 30
-            while True:
-                if proc.poll() is not None:
-                    raise AssertionError(f"{argv} exited with {proc.returncode}:\n{output()}")
-                try:
-                    if httpx.get(url + "/v1/health", timeout=1).status_code in (200, 503):
-                        break
-                except httpx.HTTPError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise AssertionError(f"{argv} did not answer health")
-                time.sleep(0.1)
+            wait_for_health(url, proc, output)
             yield url
         finally:
             proc.terminate()

@@ -27,7 +27,7 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.servers import KAMELEON, free_port, serving
+from tests.servers import KAMELEON, free_port, serving, wait_for_health
 
 pytestmark = pytest.mark.slow
 
@@ -142,15 +142,8 @@ def test_service_processes_killed_under_load_lose_and_double_nothing(
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/v1/health", timeout=1).status_code == 200:
-                    return proc
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "the service did not start"
-            time.sleep(0.05)
+        wait_for_health(f"http://127.0.0.1:{port}", proc)
+        return proc
 
     victim = start(victim_port)
     with serving([KAMELEON, "serve", "--port", str(steady_port)], env, steady_port) as steady:

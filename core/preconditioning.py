@@ -81,6 +81,7 @@ from kameleon.core.base import (
 from kameleon.core.linalg import jittered_cholesky
 from kameleon.core.rng import Stream, generator
 from kameleon.core.serialization import register
+from kameleon.core.windows import min_window, window_ends, window_start
 
 __all__ = [
     "PRECONDITIONING_COLD_FIELDS",
@@ -203,11 +204,6 @@ def is_scouting(state: Any, params: Any) -> bool:
     return bool(state.iteration < scouting_iterations(params))
 
 
-def _min_window(dim: int) -> int:
-    """States a window needs before its covariance is trusted."""
-    return max(20, 2 * dim)
-
-
 def _regularised_cholesky(moments: Welford, dense: bool) -> FloatArray | None:
     """``chol(Sigma + eps diag(Sigma))`` for the window's covariance ``Sigma`` (only its
     diagonal unless ``dense``), or ``None`` if the window is too short or never moved in
@@ -227,7 +223,7 @@ def _regularised_cholesky(moments: Welford, dense: bool) -> FloatArray | None:
 
 def _scout_factor(state: Any, params: Any, dim: int) -> FloatArray:
     """Cholesky factor of the scouting proposal's covariance basis ``Sigma``."""
-    if state.scout_moments.count >= _min_window(dim):
+    if state.scout_moments.count >= min_window(dim):
         factor = _regularised_cholesky(state.scout_moments, params.preconditioning == "dense")
         if factor is not None:
             return factor
@@ -255,24 +251,6 @@ def _scout_propose(state: Any, params: Any, rng: np.random.Generator) -> tuple[F
     ), 0.0
 
 
-def window_ends(w: int, dim: int, minimum: int | None = None) -> tuple[int, ...]:
-    """The last iterations of the scouting windows: ``w / 32, w / 16, ..., w / 2, w``,
-    leaving out any that would make a window shorter than ``minimum`` states (default:
-    what the scouting run needs, :func:`_min_window`)."""
-    shortest = _min_window(dim) if minimum is None else minimum
-    ends: list[int] = []
-    for k in (5, 4, 3, 2, 1):
-        end = w >> k
-        if end - (ends[-1] if ends else 0) >= shortest and w - end >= shortest:
-            ends.append(end)
-    return (*ends, w)
-
-
-def _window_start(t: int, w: int, dim: int) -> int:
-    """The iteration before the window that iteration ``t`` belongs to begins."""
-    return max((end for end in window_ends(w, dim) if end < t), default=0)
-
-
 def scout_adapt(state: Any, params: Any, info: StepInfo) -> Any:
     """Adapt the scouting fields after transition ``info.iteration`` (every scouting
     iteration adapts); at the end of a window (:func:`window_ends`) start the next one
@@ -292,7 +270,7 @@ def scout_adapt(state: Any, params: Any, info: StepInfo) -> Any:
         state.scout_log_lambda,
         info.acceptance_probability,
         SCOUT_TARGET_ACCEPTANCE,
-        learning_rate(t, start=_window_start(t, w, dim)),
+        learning_rate(t, start=window_start(t, w, dim)),
     )
     moments = state.scout_moments.update(state.position)
     scout_factor = state.scout_factor

@@ -53,8 +53,8 @@ from kameleon.core.base import (
     params_parser,
 )
 from kameleon.core.linalg import jittered_cholesky
-from kameleon.core.preconditioning import window_ends
 from kameleon.core.serialization import register
+from kameleon.core.windows import window_ends
 
 __all__ = [
     "NAME",
@@ -98,7 +98,7 @@ class Params:
     windows
         In ``"warmup"`` mode, estimate the covariance in windows of doubling length that
         end at ``warmup / 32, ..., warmup / 2, warmup``
-        (:func:`core.preconditioning.window_ends`; those that would hold fewer than
+        (:func:`core.windows.window_ends`; those that would hold fewer than
         ``adapt_start`` states are merged into the next), each starting from the previous
         window's estimate with ``lambda`` back at 1, as Stan's warm-up does (default
         true). A scale that the first proposals got wrong by orders of magnitude is then

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from kameleon.service.sessions.rows import RowLayout
+
 __all__ = ["COPIES", "chain_bytes", "describe", "session_bytes"]
 
 #: Copies of a chain's arrays alive at once: decoded, encoded (4/3 of base64 plus JSON),
@@ -61,10 +63,10 @@ def chain_bytes(algorithm: str, d: int, params: Any) -> int:
 
 
 def session_bytes(
-    algorithm: str, dim: int, chains: int, params: Any, max_iterations: int | None, row_bytes: int
+    algorithm: str, dim: int, chains: int, params: Any, max_iterations: int | None
 ) -> int:
     """Every chain's state, and every draw row if the session has ``max_iterations``."""
-    draws = row_bytes * max_iterations if max_iterations is not None else 0
+    draws = RowLayout.nbytes(dim) * max_iterations if max_iterations is not None else 0
     return chains * (chain_bytes(algorithm, dim, params) + draws)
 
 

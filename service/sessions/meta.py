@@ -82,9 +82,8 @@ class SessionMeta:
     @property
     def estimated_bytes(self) -> int:
         """The memory the session may need (:mod:`.budget`)."""
-        row = 8 * (self.dim + 3)  # RowLayout.nbytes
         return session_bytes(
-            self.algorithm, self.dim, self.chains, self.params, self.max_iterations, row
+            self.algorithm, self.dim, self.chains, self.params, self.max_iterations
         )
 
     def to_bytes(self) -> bytes:
@@ -211,8 +210,7 @@ def _check_limits(body: SessionCreate, s: Settings) -> None:
 def _check_budget(body: SessionCreate, params: Any, s: Settings) -> None:
     """Refuse, before anything is allocated, a session that would need more memory than
     one may have."""
-    row = 8 * (body.dim + 3)  # RowLayout.nbytes
-    need = session_bytes(body.algorithm, body.dim, body.chains, params, body.max_iterations, row)
+    need = session_bytes(body.algorithm, body.dim, body.chains, params, body.max_iterations)
     if need > s.max_session_bytes:
         draws = " and its draws (max_iterations)" if body.max_iterations is not None else ""
         raise Invalid(

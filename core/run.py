@@ -25,7 +25,8 @@ import numpy as np
 import numpy.typing as npt
 
 from kameleon.core import DEFAULT_ALGORITHM, SAMPLERS
-from kameleon.core.base import FloatArray, frozen_array
+from kameleon.core.base import FloatArray, StepInfo, frozen_array
+from kameleon.core.batch import accept_block, ask_many, tell_many
 from kameleon.core.checks import SamplingWarning, StopRule, check
 from kameleon.core.diagnostics import summarize
 from kameleon.core.initial import DEFAULT_MAX_ATTEMPTS, initial_point, redraw, start_radius
@@ -35,8 +36,10 @@ __all__ = [
     "ChainResult",
     "SamplingWarning",
     "StopRule",
+    "advance_together",
     "run_chain",
     "sample",
+    "sample_chains",
 ]
 
 LogDensityFn = Callable[[FloatArray], float]
@@ -119,17 +122,14 @@ class _Runner:
         self.acceptance_probability = np.empty(capacity)
 
     def advance(self, transitions: int) -> None:
-        sampler, params, state = self.sampler, self.params, self.state
-        for i in range(self.n, self.n + transitions):
-            proposal = sampler.ask(state, params)
-            self.told[i] = self.logdensity_fn(proposal.position)
-            state, info = sampler.tell(state, params, proposal, float(self.told[i]))
-            self.draws[i] = state.position
-            self.logdensity[i] = state.logdensity
-            self.accepted[i] = info.outcome == "accepted"
-            self.acceptance_probability[i] = info.acceptance_probability
-        self.state = state
-        self.n += transitions
+        advance_together([self], transitions)
+
+    def record(self, i: int, told: float, state: Any, info: StepInfo) -> None:
+        self.told[i] = told
+        self.draws[i] = state.position
+        self.logdensity[i] = state.logdensity
+        self.accepted[i] = info.outcome == "accepted"
+        self.acceptance_probability[i] = info.acceptance_probability
 
     def result(self) -> ChainResult:
         n = self.n
@@ -143,6 +143,47 @@ class _Runner:
             acceptance_probability=frozen_array(self.acceptance_probability[:n]),
             state=self.state,
         )
+
+
+#: Iterations whose accept streams :func:`advance_together` draws at once.
+_BLOCK = 512
+
+
+def advance_together(runners: Sequence[_Runner], transitions: int) -> None:
+    """Advance chains of one sampler and one log density side by side, ``transitions``
+    each: per iteration, every chain's proposal (:func:`core.batch.ask_many`), the log
+    densities, then every chain's step (:func:`core.batch.tell_many`), with the accept
+    streams of many iterations drawn at once (:func:`core.batch.accept_block`). Each
+    chain's draws are those it would make alone; only the order of the log-density
+    calls differs. Every chain has its initial point and has made as many transitions
+    as the others."""
+    if not runners:
+        return
+    first = runners[0]
+    sampler, params, fn = first.sampler, first.params, first.logdensity_fn
+    states = [r.state for r in runners]
+    first = runners[0].n + 1  # the iteration of every chain's next proposal
+    batched = getattr(sampler, "METROPOLIS_ADAPT", None) is not None
+    block: Any = None
+    for step in range(transitions):
+        if step % _BLOCK == 0 and batched:
+            block = accept_block(states, first + step, min(_BLOCK, transitions - step)).tolist()
+        proposals = ask_many(sampler, states, params)
+        values = [float(fn(p.position)) for p in proposals]
+        told = tell_many(
+            sampler,
+            states,
+            params,
+            proposals,
+            values,
+            accept=block[step % _BLOCK] if batched else None,
+        )
+        for k, (runner, value, (state, info)) in enumerate(zip(runners, values, told, strict=True)):
+            runner.record(runner.n + step, value, state, info)
+            states[k] = state
+    for runner, state in zip(runners, states, strict=True):
+        runner.state = state
+        runner.n += transitions
 
 
 def run_chain(
@@ -222,7 +263,47 @@ def sample(
     stop: StopRule | Mapping[str, Any] | None = None,
     warn: bool = True,
 ) -> FloatArray:
-    """Draws from the density ``exp(logdensity_fn)`` on ``R^dim``.
+    """Draws from the density ``exp(logdensity_fn)`` on ``R^dim``: the post-warm-up
+    draws of :func:`sample_chains`, shape ``(chains, draws, dim)``; see there for the
+    parameters."""
+    results = sample_chains(
+        logdensity_fn,
+        dim,
+        algorithm=algorithm,
+        chains=chains,
+        iterations=iterations,
+        warmup=warmup,
+        initial=initial,
+        initial_radius=initial_radius,
+        max_initial_attempts=max_initial_attempts,
+        seed=seed,
+        options=options,
+        stop=stop,
+        warn=warn,
+    )
+    return np.stack([r.draws[warmup:] for r in results])
+
+
+def sample_chains(
+    logdensity_fn: LogDensityFn,
+    dim: int,
+    *,
+    algorithm: str = DEFAULT_ALGORITHM,
+    chains: int = 4,
+    iterations: int = 2000,
+    warmup: int = 1000,
+    initial: npt.ArrayLike | None = None,
+    initial_radius: float | None = None,
+    max_initial_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    seed: int = 0,
+    options: Mapping[str, Any] | None = None,
+    stop: StopRule | Mapping[str, Any] | None = None,
+    warn: bool = True,
+) -> list[ChainResult]:
+    """Every chain of :func:`sample`'s run, warm-up included: one :class:`ChainResult`
+    per chain, with what each transition told, accepted and cached (the parameters are
+    :func:`sample`'s). :func:`sample` returns ``[r.draws[warmup:] for r in
+    sample_chains(...)]`` stacked.
 
     Parameters
     ----------
@@ -235,8 +316,8 @@ def sample(
         A name in :data:`core.SAMPLERS` (default :data:`core.DEFAULT_ALGORITHM`,
         ``"am"``).
     chains
-        Number of chains, with chain ids ``0..chains-1``. Without ``stop`` they run one
-        after the other; with it, side by side, ``check_every`` iterations at a time.
+        Number of chains, with chain ids ``0..chains-1``. They run side by side
+        (:func:`advance_together`), with ``stop`` ``check_every`` iterations at a time.
     iterations
         Draws kept per chain, after warm-up; with ``stop``, the most kept.
     warmup
@@ -267,8 +348,8 @@ def sample(
 
     Returns
     -------
-    numpy.ndarray
-        The post-warm-up draws, shape ``(chains, draws, dim)``.
+    list of ChainResult
+        One per chain, warm-up included.
     """
     if algorithm not in SAMPLERS:
         raise ValueError(
@@ -301,21 +382,15 @@ def sample(
                 max_initial_attempts=max_initial_attempts,
             )
 
+        runners = [runner(c) for c in range(chains)]
         if rule is None:
-            runners = []
-            for c in range(chains):
-                one = runner(c)
-                one.advance(total)
-                runners.append(one)
+            advance_together(runners, total)
         else:
-            runners = [runner(c) for c in range(chains)]
-            for one in runners:
-                one.advance(warmup)
+            advance_together(runners, warmup)
             kept = 0
             while kept < iterations:
                 more = min(rule.check_every, iterations - kept)
-                for one in runners:
-                    one.advance(more)
+                advance_together(runners, more)
                 kept += more
                 if kept < iterations and rule.met(summarize(_post(runners, warmup), names)):
                     break
@@ -325,8 +400,8 @@ def sample(
                 float(r.accepted[warmup : r.n].mean()) if r.n > warmup else None for r in runners
             ]
             for finding in check(draws, names, acceptance):
-                warnings.warn(SamplingWarning(finding), stacklevel=2)
-    return draws
+                warnings.warn(SamplingWarning(finding), stacklevel=3)
+    return [r.result() for r in runners]
 
 
 def _post(runners: Sequence[_Runner], warmup: int) -> FloatArray:

@@ -24,7 +24,7 @@ from kameleon.core import DEFAULT_ALGORITHM
 from kameleon.core.checks import Finding, SamplingWarning, StopRule
 from kameleon.core.diagnostics import summarize
 from kameleon.core.initial import DEFAULT_MAX_ATTEMPTS
-from kameleon.core.run import sample as core_sample
+from kameleon.core.run import sample_chains
 from kameleon.models import ChainDiagnostics, Diagnostics, ParameterDiagnostics
 from kameleon.result import Result
 
@@ -192,27 +192,22 @@ def _dim(
 
 
 def _in_process(run: _Run) -> Result:
-    """Run :func:`kameleon.core.run.sample`, recording each evaluated point's value."""
+    """Run :func:`kameleon.core.run.sample_chains` and read the result off its chains."""
     total = run.chains * (run.warmup + run.iterations + 1)  # + each initial point
     bar = _Progress(total, run.progress, acceptance_known=False)
-    told: list[float] = []
-    index: dict[bytes, int] = {}  # point -> its entry in `told` (the latest evaluation)
     fn = run.logdensity
 
-    def recorded(x: npt.NDArray[np.float64]) -> float:
+    def counted(x: npt.NDArray[np.float64]) -> float:
         value = float(fn(x))
-        index[x.tobytes()] = len(told)
-        told.append(value)
-        if bar.enabled:
-            bar.count(1, 1, 0)
-            bar.draw()
+        bar.count(1, 1, 0)
+        bar.draw()
         return value
 
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", SamplingWarning)
-            draws = core_sample(
-                recorded,
+            chains = sample_chains(
+                counted if bar.enabled else fn,
                 run.dim,
                 algorithm=run.algorithm,
                 chains=run.chains,
@@ -235,14 +230,12 @@ def _in_process(run: _Run) -> Result:
             findings.append(_renamed(w.message.finding, run.names))
         else:  # not ours: pass it on as it was
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
-    m, n, _ = draws.shape
-    positions = np.full((m, n), -1, dtype=np.int64)
-    for c in range(m):
-        for k in range(n):
-            positions[c, k] = index.get(draws[c, k].tobytes(), -1)
-    values = np.asarray(told, dtype=np.float64)
-    log_density = np.where(positions >= 0, values[np.maximum(positions, 0)], np.nan)
-    acceptance = np.array([_acceptance(draws[c], positions[c]) for c in range(m)])
+    kept = slice(run.warmup, None)
+    draws = np.stack([c.draws[kept] for c in chains])
+    log_density = np.stack([c.logdensity[kept] for c in chains])
+    acceptance = np.array(
+        [float(c.accepted[kept].mean()) if c.accepted[kept].size else math.nan for c in chains]
+    )
     diagnostics = _local_diagnostics(draws, run, acceptance)
     bar.r_hat = diagnostics.max_r_hat
     bar.close()
@@ -257,29 +250,6 @@ def _in_process(run: _Run) -> Result:
         algorithm=run.algorithm,
         warmup=run.warmup,
     )
-
-
-def _acceptance(chain: npt.NDArray[np.float64], evaluated: npt.NDArray[np.int64]) -> float:
-    """The fraction of a chain's post-warm-up proposals that were accepted.
-
-    A draw that differs from the one before is an accepted proposal, one that equals it
-    a rejected one (a proposal equal to the current point has probability zero). The
-    first draw's predecessor (the last warm-up draw) is not returned; its proposal was
-    accepted exactly when the first draw was evaluated by that transition, which is
-    ``k`` evaluations before the proposal accepted at the first move ``k`` draws later
-    (a chain's evaluations run in one go: every chain without a stopping rule, and with
-    one, each ``check_every`` transitions). Without a move, it counts as rejected.
-    """
-    n = int(chain.shape[0])
-    if n == 0:
-        return math.nan
-    moved = np.any(chain[1:] != chain[:-1], axis=1)
-    first = np.flatnonzero(moved)
-    accepted_first = False
-    if first.size:
-        k = int(first[0]) + 1  # the draw index of the first move
-        accepted_first = bool(evaluated[0] >= 0 and evaluated[0] == evaluated[k] - k)
-    return float(int(moved.sum()) + int(accepted_first)) / n
 
 
 def _local_diagnostics(

@@ -32,8 +32,9 @@ of random-walk Metropolis, is updated with a vanishing probability.
 
 from __future__ import annotations
 
-import dataclasses
 import math
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -57,6 +58,7 @@ from kameleon.core.serialization import register
 from kameleon.core.windows import window_ends
 
 __all__ = [
+    "METROPOLIS_ADAPT",
     "NAME",
     "Params",
     "State",
@@ -64,6 +66,7 @@ __all__ = [
     "init",
     "make_params",
     "proposal_covariance",
+    "proposal_factor",
     "tell",
 ]
 
@@ -195,14 +198,59 @@ def tell(
 
 
 def _propose(state: State, params: Params, rng: np.random.Generator) -> tuple[FloatArray, float]:
+    return state.position + proposal_factor(state, params) @ rng.standard_normal(params.dim), 0.0
+
+
+def proposal_factor(state: State, params: Params) -> FloatArray:
+    """The lower Cholesky factor of :func:`proposal_covariance`; remembered once the
+    chain's adaptation has stopped (past warm-up in ``"warmup"`` mode), when it is the
+    same at every iteration."""
+    if params.adaptation != "warmup" or state.iteration < params.warmup:
+        return jittered_cholesky(proposal_covariance(state, params))
+    key = (id(state.moments), id(state.window_covariance), state.log_lambda, params)
+    with _FROZEN.lock:
+        hit = _FROZEN.entries.get(key)
+        if hit is not None and hit[0] is state.moments:
+            _FROZEN.entries.move_to_end(key)
+            return hit[2]
     factor = jittered_cholesky(proposal_covariance(state, params))
-    return state.position + factor @ rng.standard_normal(params.dim), 0.0
+    factor.flags.writeable = False
+    _FROZEN.put(key, (state.moments, state.window_covariance, factor))
+    return factor
+
+
+class _Frozen:
+    """Factors of frozen proposal covariances, least recently used first (one per chain
+    past warm-up), bounded in bytes. An entry holds the objects whose identities are in
+    its key, so that no other object can take their ids while it is kept."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes, self.bytes = max_bytes, 0
+        self.entries: OrderedDict[tuple[Any, ...], tuple[Any, Any, FloatArray]] = OrderedDict()
+        self.lock = threading.Lock()
+
+    def put(self, key: tuple[Any, ...], entry: tuple[Welford, Any, FloatArray]) -> None:
+        moments, window, factor = entry
+        size = moments.m2.nbytes + factor.nbytes + (0 if window is None else window.nbytes)
+        with self.lock:
+            if key in self.entries:
+                return
+            self.entries[key] = entry
+            self.bytes += size
+            while self.bytes > self.max_bytes and self.entries:
+                _, (m, w, f) = self.entries.popitem(last=False)
+                self.bytes -= m.m2.nbytes + f.nbytes + (0 if w is None else w.nbytes)
+
+
+_FROZEN = _Frozen(max_bytes=64 * 2**20)
 
 
 def _adapt(
     state: State, new: State, params: Params, proposal: Proposal, info: StepInfo, u_adapt: float
 ) -> State:
     t = info.iteration
+    if params.adaptation == "warmup" and t > params.warmup:
+        return new  # adaptation is over: nothing below would change (adapt_probability 0)
     log_lambda = state.log_lambda
     ends = _window_ends(params)
     p_adapt = adapt_probability(t, warmup=params.warmup, mode=params.adaptation)
@@ -221,9 +269,7 @@ def _adapt(
             window_covariance = frozen_array(0.5 * (estimate + estimate.T))
             log_lambda = 0.0
         moments = Welford.empty(params.dim)
-    return dataclasses.replace(
-        new, log_lambda=log_lambda, moments=moments, window_covariance=window_covariance
-    )
+    return new.evolve(log_lambda=log_lambda, moments=moments, window_covariance=window_covariance)
 
 
 def _window_ends(params: Params) -> tuple[int, ...]:
@@ -237,3 +283,8 @@ def _window_ends(params: Params) -> tuple[int, ...]:
     if not params.windows or params.adaptation != "warmup":
         return ()
     return window_ends(params.warmup, params.dim, minimum=params.start)[:-1]
+
+
+#: The adaptation this sampler's ``tell`` hands to :func:`core.base.metropolis_tell`, so
+#: that :func:`core.batch.tell_many` can step many chains at once.
+METROPOLIS_ADAPT = _adapt

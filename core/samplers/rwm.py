@@ -8,7 +8,6 @@ rate (0.234 by default) using the clipped acceptance probability.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -29,7 +28,7 @@ from kameleon.core.base import (
 )
 from kameleon.core.serialization import register
 
-__all__ = ["NAME", "Params", "State", "ask", "init", "make_params", "tell"]
+__all__ = ["METROPOLIS_ADAPT", "NAME", "Params", "State", "ask", "init", "make_params", "tell"]
 
 NAME = "rwm"
 
@@ -111,5 +110,10 @@ def _adapt(
         log_scale = robbins_monro(
             state.log_scale, info.acceptance_probability, params.target_acceptance, learning_rate(t)
         )
-        new = dataclasses.replace(new, log_scale=log_scale)
+        new = new.evolve(log_scale=log_scale)
     return new
+
+
+#: The adaptation this sampler's ``tell`` hands to :func:`core.base.metropolis_tell`, so
+#: that :func:`core.batch.tell_many` can step many chains at once.
+METROPOLIS_ADAPT = _adapt

@@ -71,7 +71,7 @@ def test_through_a_service_the_same_seed_gives_the_same_run(
     assert served.session is not None and served.url == server + "/v1"
     assert served.draws.tobytes() == local.draws.tobytes()
     assert served.log_density.tobytes() == local.log_density.tobytes()
-    # The service counts acceptances; in process they are read off the draws: the same.
+    # The service counts acceptances, and so does the in-process run: the same.
     np.testing.assert_array_equal(served.acceptance, local.acceptance)
     assert [w.code for w in served.warnings] == [w.code for w in local.warnings]
     for a, b in zip(served.diagnostics.parameters, local.diagnostics.parameters, strict=True):

@@ -1,0 +1,144 @@
+"""Many chains of one sampler stepped together: ``ask_many`` and ``tell_many``.
+
+A service ``step`` with 256 chains, or :func:`core.run.sample` with its chains side by
+side, asks and tells every chain of a session at once. Called chain by chain, a
+Metropolis ``tell`` spends most of its time in Python around a little arithmetic: it
+keys a Philox generator for the iteration's accept stream, draws two uniforms, decides,
+and builds the new state. Here the accept streams of all the chains come out of one
+:func:`core.philox.uniforms` call, arrays in and out, and only the decision and the
+sampler's adaptation run per chain, through the very functions the per-chain ``tell``
+uses. The result is bit for bit the per-chain result (``tests/core/test_batch.py``
+checks it for every sampler, over whole runs), whatever the batch: chains may be at
+different iterations, in warm-up or past it, waiting for their initial point, or told
+``-inf``.
+
+A sampler module takes part by naming the adaptation its ``tell`` hands to
+:func:`core.base.metropolis_tell` as ``METROPOLIS_ADAPT``; the others (the kernel
+samplers, whose iterations cost 100 us or more of their own arithmetic) are stepped
+chain by chain here, with the same results.
+
+The proposals' normals are not batched: numpy's ziggurat draws them, with a rejection
+step and tables of its own, and computing them as arrays equal to its per-chain output
+would mean reimplementing it. Each chain's proposal comes from its own ``ask``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from kameleon.core.base import (
+    Adapt,
+    FloatArray,
+    Proposal,
+    StepInfo,
+    accept_or_reject,
+    check_tell,
+    tell_initial,
+)
+from kameleon.core.philox import uniforms
+from kameleon.core.rng import Stream, generator
+
+__all__ = ["accept_block", "accept_uniforms", "ask_many", "tell_many"]
+
+
+def ask_many(sampler: ModuleType, states: Sequence[Any], params: Any) -> list[Proposal]:
+    """``[sampler.ask(state, params) for state in states]``."""
+    ask = sampler.ask
+    return [ask(state, params) for state in states]
+
+
+def tell_many(
+    sampler: ModuleType,
+    states: Sequence[Any],
+    params: Any,
+    proposals: Sequence[Proposal],
+    logdensities: Sequence[float],
+    *,
+    accept: Sequence[Sequence[float]] | None = None,
+) -> list[tuple[Any, StepInfo]]:
+    """``[sampler.tell(s, params, p, v) for s, p, v in zip(states, proposals,
+    logdensities)]``, with the accept streams of every chain drawn at once.
+
+    ``accept``: the two accept-stream uniforms of each chain told a proposal (not an
+    initial point), in order, when the caller drew them already (:func:`accept_block`
+    draws many iterations' at once); else they are drawn here.
+
+    Raises
+    ------
+    ValueError
+        As the first failing per-chain ``tell`` would: a proposal that is not the one
+        its state waits for, or a log density that is NaN or ``+inf``. Nothing is told.
+    """
+    if not (len(states) == len(proposals) == len(logdensities)):
+        raise ValueError("states, proposals and log densities must have the same length")
+    adapt: Adapt[Any, Any] | None = getattr(sampler, "METROPOLIS_ADAPT", None)
+    if adapt is None:
+        tell = sampler.tell
+        return [
+            tell(s, params, p, float(v))
+            for s, p, v in zip(states, proposals, logdensities, strict=True)
+        ]
+    values = [float(v) for v in logdensities]
+    for state, proposal, value in zip(states, proposals, values, strict=True):
+        check_tell(state, proposal, value)
+    moving = [i for i, p in enumerate(proposals) if p.kind == "proposal"]
+    if accept is None:
+        draws = accept_uniforms(states, proposals, moving)
+    elif len(accept) != len(moving):
+        raise ValueError("accept must hold two uniforms per chain told a proposal")
+    else:
+        draws = accept
+    out: list[tuple[Any, StepInfo]] = []
+    k = 0
+    for state, proposal, value in zip(states, proposals, values, strict=True):
+        if proposal.kind == "init":
+            out.append(tell_initial(state, proposal, value))
+            continue
+        u_accept, u_adapt = draws[k]
+        k += 1
+        new, info = accept_or_reject(state, proposal, value, u_accept, warmup=params.warmup)
+        out.append((adapt(state, new, params, proposal, info, u_adapt), info))
+    return out
+
+
+#: Below this many chains, keying one Philox generator per chain is faster than the
+#: array Philox, whose ten rounds cost about 170 us of numpy calls whatever the size (on
+#: the machine of BENCHMARKS.md; 256 chains: 210 us against 460 us chain by chain).
+ARRAY_PHILOX_MIN = 128
+
+
+def accept_uniforms(
+    states: Sequence[Any], proposals: Sequence[Proposal], moving: Sequence[int]
+) -> Sequence[Sequence[float]]:
+    """The two accept-stream uniforms of each chain ``moving`` names, as
+    :func:`core.base.metropolis_transition` draws them."""
+    if len(moving) < ARRAY_PHILOX_MIN:
+        return [
+            generator(states[i].seed, states[i].chain, proposals[i].iteration, Stream.ACCEPT)
+            .random(2)
+            .tolist()
+            for i in moving
+        ]
+    seed = np.fromiter((states[i].seed for i in moving), np.uint64, len(moving))
+    chain = np.fromiter((states[i].chain for i in moving), np.uint64, len(moving))
+    iteration = np.fromiter((proposals[i].iteration for i in moving), np.uint64, len(moving))
+    table: list[list[float]] = uniforms(seed, chain, iteration, Stream.ACCEPT, 2).tolist()
+    return table
+
+
+def accept_block(states: Sequence[Any], first: int, count: int) -> FloatArray:
+    """The accept-stream uniforms of ``states``' chains for iterations ``first`` to
+    ``first + count - 1``, shape ``(count, len(states), 2)``: one array Philox call for
+    a whole block of iterations, for callers that know them in advance."""
+    seed = np.array([s.seed for s in states], dtype=np.uint64)
+    chain = np.array([s.chain for s in states], dtype=np.uint64)
+    iteration = np.arange(first, first + count, dtype=np.uint64)
+    n = len(states)
+    table = uniforms(
+        np.tile(seed, count), np.tile(chain, count), np.repeat(iteration, n), Stream.ACCEPT, 2
+    )
+    return table.reshape(count, n, 2)

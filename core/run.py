@@ -159,8 +159,7 @@ def advance_together(runners: Sequence[_Runner], transitions: int) -> None:
     as the others."""
     if not runners:
         return
-    first = runners[0]
-    sampler, params, fn = first.sampler, first.params, first.logdensity_fn
+    sampler, params, fn = runners[0].sampler, runners[0].params, runners[0].logdensity_fn
     states = [r.state for r in runners]
     first = runners[0].n + 1  # the iteration of every chain's next proposal
     batched = getattr(sampler, "METROPOLIS_ADAPT", None) is not None

@@ -269,7 +269,10 @@ def _adapt(
             window_covariance = frozen_array(0.5 * (estimate + estimate.T))
             log_lambda = 0.0
         moments = Welford.empty(params.dim)
-    return new.evolve(log_lambda=log_lambda, moments=moments, window_covariance=window_covariance)
+    evolved: State = new.evolve(
+        log_lambda=log_lambda, moments=moments, window_covariance=window_covariance
+    )
+    return evolved
 
 
 def _window_ends(params: Params) -> tuple[int, ...]:

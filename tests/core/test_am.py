@@ -11,6 +11,7 @@ import pytest
 from kameleon.core.adaptation import Welford
 from kameleon.core.base import OptionError
 from kameleon.core.diagnostics import mcse_mean, per_parameter
+from kameleon.core.linalg import jittered_cholesky
 from kameleon.core.run import run_chain
 from kameleon.core.samplers import am
 from kameleon.core.serialization import encode
@@ -245,3 +246,30 @@ def test_windows_find_scales_a_million_apart() -> None:
     assert state.window_covariance is not None
     estimate = np.sqrt(np.diag(state.moments.covariance()))
     assert np.all(np.abs(np.log(estimate / scales)) < np.log(2)), estimate
+
+
+def test_the_frozen_factor_is_remembered_and_is_the_one_computed_afresh() -> None:
+    params = am.make_params(3, {}, warmup=120)
+    result = run_chain(am, params, TARGET.logdensity, np.zeros(3), 150, seed=4, chain=0)
+    state = result.state
+    assert state.iteration > params.warmup  # past warm-up: the covariance is frozen
+    fresh = jittered_cholesky(am.proposal_covariance(state, params))
+    first = am.proposal_factor(state, params)
+    assert first.tobytes() == fresh.tobytes()
+    assert am.proposal_factor(state, params) is first  # remembered
+    # A state with other moments, even equal ones, is factored on its own.
+    other = state.evolve(moments=Welford(state.moments.count, state.moments.mean, state.moments.m2))
+    assert am.proposal_factor(other, params) is not first
+    # So is one whose scale differs.
+    scaled = state.evolve(log_lambda=state.log_lambda + 0.5)
+    assert am.proposal_factor(scaled, params).tobytes() != first.tobytes()
+    # During warm-up nothing is remembered: the covariance changes at every iteration.
+    early = dataclasses.replace(state, iteration=params.warmup - 1)
+    assert am.proposal_factor(early, params) is not am.proposal_factor(early, params)
+
+
+def test_evolve_is_replace_and_refuses_unknown_fields() -> None:
+    state = _initialised(am.make_params(3, {}, warmup=10), np.zeros(3))
+    assert state.evolve(iteration=5) == dataclasses.replace(state, iteration=5)
+    with pytest.raises(TypeError, match="no field"):
+        state.evolve(nonsense=1)

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 from kameleon.core.base import Proposal, StepInfo
+from kameleon.core.batch import tell_many
 from kameleon.core.initial import redraw
 from kameleon.core.serialization import cold_changed
 from kameleon.service.ids import ProposalId
@@ -22,7 +23,7 @@ from kameleon.service.sessions.draws import RowLayout
 from kameleon.service.sessions.meta import SessionMeta
 from kameleon.service.store.base import ChainUpdate, Counts
 
-__all__ = ["ChainPlan", "Told", "plan_chain"]
+__all__ = ["ChainPlan", "Told", "plan_chain", "steady", "step_steady"]
 
 
 class Told(NamedTuple):
@@ -61,12 +62,16 @@ def plan_chain(
     lease: float = 0.0,
     history: Mapping[int, float] | None = None,
     outstanding: Proposal | None = None,
+    stepped: tuple[Any, StepInfo] | None = None,
 ) -> ChainPlan:
     """Decide ``told`` (results for ``chain``, in request order) against ``chain``.
 
     ``lease`` > 0: the update leases the chain's next proposal for that long.
     ``history``: told values of transitions applied before, by iteration.
     ``outstanding``: the chain's current proposal if known (else it is asked again).
+    ``stepped``: the sampler's transition for the first told result, when the caller
+    stepped it already (:func:`steady` says when it may, :func:`step_steady` does it
+    for many chains at once).
     """
     history = history or {}
     state, init_value = chain.state, chain.init_value
@@ -77,7 +82,10 @@ def plan_chain(
     draw: bytes | None = None
     init_told = False
     for t in told:
-        outcome, new = _decide(meta, chain, state, init_value, t, told_here, history, outstanding)
+        outcome, new = _decide(
+            meta, chain, state, init_value, t, told_here, history, outstanding, stepped
+        )
+        stepped = None
         if outcome == "conflict":
             conflicts.append(t.at)
         elif outcome == "missing":
@@ -100,6 +108,34 @@ def plan_chain(
         return ChainPlan(outcomes, tuple(conflicts), missing=frozenset(missing))
     update, after = _write(meta, chain, state, init_value, draw, init_told, lease)
     return ChainPlan(outcomes, tuple(conflicts), update, after)
+
+
+def steady(meta: SessionMeta, chain: ChainView, told: Sequence[Told]) -> bool:
+    """Whether ``told`` is one result for the proposal ``chain`` waits for: the common
+    case, where :func:`plan_chain` makes exactly one sampler transition, from
+    ``chain.state`` with the told value."""
+    if len(told) != 1:
+        return False
+    state, pid = chain.state, told[0].pid
+    return (
+        state.logdensity is not None
+        and pid.iteration == state.iteration + 1
+        and not meta.is_done(state)
+    )
+
+
+def step_steady(
+    meta: SessionMeta, chains: Sequence[ChainView], told: Sequence[Told], proposals: Sequence[Any]
+) -> list[tuple[Any, StepInfo]]:
+    """The transitions of :func:`steady` chains, stepped together
+    (:func:`core.batch.tell_many`); ``proposals`` are their outstanding ones."""
+    return tell_many(
+        meta.sampler,
+        [ch.state for ch in chains],
+        meta.params,
+        proposals,
+        [t.value for t in told],
+    )
 
 
 def _write(
@@ -160,6 +196,7 @@ def _decide(
     told_here: dict[tuple[int, int], float],
     history: Mapping[int, float],
     outstanding: Proposal | None,
+    stepped: tuple[Any, StepInfo] | None = None,
 ) -> tuple[str, _Transition | None]:
     """Classify one result against the chain as decided so far in this request
     (``state``, ``init_value``): its outcome, ``"conflict"`` or ``"missing"``, and when it
@@ -175,8 +212,10 @@ def _decide(
     if pid.iteration == state.iteration + 1 and not meta.is_done(state):
         if state is not chain.state:
             return "conflict", None  # issued by no one: it follows a transition of this request
-        proposal = outstanding or meta.sampler.ask(state, meta.params)
-        new, info = meta.sampler.tell(state, meta.params, proposal, value)
+        if stepped is None:
+            proposal = outstanding or meta.sampler.ask(state, meta.params)
+            stepped = meta.sampler.tell(state, meta.params, proposal, value)
+        new, info = stepped
         return info.outcome, (new, info, info.outcome == "accepted")
     if pid.iteration <= state.iteration:
         if pid.iteration not in history:

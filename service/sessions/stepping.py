@@ -20,7 +20,7 @@ from kameleon.core.base import reset
 from kameleon.service.config import Settings
 from kameleon.service.ids import format_id, parse_id
 from kameleon.service.sessions.chains import Chains, ChainView, encode_state
-from kameleon.service.sessions.decide import ChainPlan, Told, plan_chain
+from kameleon.service.sessions.decide import ChainPlan, Told, plan_chain, steady, step_steady
 from kameleon.service.sessions.diagnostics import Diagnostics, crossed
 from kameleon.service.sessions.draws import told as told_value
 from kameleon.service.sessions.errors import Busy, Conflict, Invalid, NotFound
@@ -199,6 +199,7 @@ class Stepper:
         """One decision of the whole request on ``current``."""
         budget = want
         decided = _Round({}, [], 0)
+        stepped = self._step_steady(meta, current, by_chain)
         for chain, told in by_chain.items():
             ch = current[chain]
             plan = plan_chain(
@@ -208,6 +209,7 @@ class Stepper:
                 lease=lease if budget > 0 else 0.0,
                 history=history.get(chain),
                 outstanding=self.chains.outstanding(meta, ch),
+                stepped=stepped.get(chain),
             )
             decided.plans[chain] = plan
             decided.conflicts += plan.conflicts
@@ -218,6 +220,19 @@ class Stepper:
                 budget -= plan.update.lease_seconds > 0
         decided.extra = max(0, budget)
         return decided
+
+    def _step_steady(
+        self, meta: SessionMeta, current: dict[int, ChainView], by_chain: dict[int, list[Told]]
+    ) -> dict[int, tuple[Any, Any]]:
+        """The transitions of the chains told one result for their outstanding proposal
+        (:func:`~kameleon.service.sessions.decide.steady`), stepped together."""
+        chains = [c for c, told in by_chain.items() if steady(meta, current[c], told)]
+        if len(chains) < 2:
+            return {}  # nothing to gain: plan_chain steps it
+        views = [current[c] for c in chains]
+        proposals = [self.chains.proposal(meta, ch) for ch in views]
+        told = [by_chain[c][0] for c in chains]
+        return dict(zip(chains, step_steady(meta, views, told, proposals), strict=True))
 
     async def _read_history(
         self,

@@ -22,7 +22,9 @@ import pytest
 from threadpoolctl import threadpool_limits
 
 from kameleon.core import SAMPLERS
-from kameleon.core.run import sample
+from kameleon.core.batch import ARRAY_PHILOX_MIN
+from kameleon.core.initial import initial_point
+from kameleon.core.run import run_chain, sample
 from tests.servers import KAMELEON, free_port, serving
 
 pytestmark = pytest.mark.slow  # every algorithm through every store and two processes
@@ -140,3 +142,52 @@ def test_two_service_processes_taking_turns_give_the_in_process_draws(
         for algorithm in sorted(SAMPLERS):
             draws = served([_poster(client_a), _poster(client_b)], client_a.get, algorithm)
             assert draws.tobytes() == in_process(algorithm).tobytes(), algorithm
+
+
+@pytest.mark.parametrize("algorithm", ["rwm", "am"])
+def test_a_step_of_many_chains_steps_them_together_with_the_same_draws(
+    algorithm: str, start_client: Callable[..., Any]
+) -> None:
+    """Enough chains per ``step`` for the array Philox (core.batch): the service's draws
+    are the in-process run's (whose chains are stepped side by side too), and each is
+    the draw of that chain run alone (core.run.run_chain)."""
+    chains, warmup, iterations = ARRAY_PHILOX_MIN + 4, 30, 20
+    body = {
+        "algorithm": algorithm,
+        "dim": DIM,
+        "chains": chains,
+        "seed": SEED,
+        "warmup": warmup,
+        "max_iterations": warmup + iterations,
+    }
+    expected = sample(
+        logdensity,
+        DIM,
+        algorithm=algorithm,
+        chains=chains,
+        warmup=warmup,
+        iterations=iterations,
+        seed=SEED,
+        warn=False,
+    )
+    sampler = SAMPLERS[algorithm]
+    params = sampler.make_params(DIM, {}, warmup=warmup)
+    for c in (0, chains - 1):
+        start = initial_point(DIM, seed=SEED, chain=c, attempt=0, center=None, radius=2.0)
+        alone = run_chain(
+            sampler, params, logdensity, start, warmup + iterations, seed=SEED, chain=c
+        )
+        assert alone.draws[warmup:].tobytes() == expected[c].tobytes()
+    for store in ("memory", "redis"):
+        client = start_client(store)
+        post = _poster(client)
+        sid = post("/v1/sessions", body)["id"]
+        answer = post(f"/v1/sessions/{sid}/ask", {"max": chains})
+        while answer["proposals"]:
+            results = [
+                {"id": p["id"], "log_density": _json(logdensity(p["x"]))}
+                for p in answer["proposals"]
+            ]
+            answer = post(f"/v1/sessions/{sid}/step", {"results": results, "max": chains})
+        draws = np.load(io.BytesIO(client.get(f"/v1/sessions/{sid}/draws?format=npy").content))
+        assert draws.tobytes() == expected.tobytes(), store

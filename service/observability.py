@@ -22,6 +22,7 @@ request body is ever logged.
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import re
@@ -107,8 +108,9 @@ class Metrics:
 
     def count_answer(self, answer: dict[str, Any]) -> None:
         """Count a step, ask or tell answer's results and proposals."""
-        for result in answer.get("results") or ():
-            self.results.labels(result["outcome"]).inc()
+        outcomes = collections.Counter(result["outcome"] for result in answer.get("results") or ())
+        for outcome, count in outcomes.items():  # one labelled child per outcome, not result
+            self.results.labels(outcome).inc(count)
         proposals = answer.get("proposals")
         if proposals:
             self.proposals.inc(len(proposals))

@@ -114,8 +114,15 @@ class SamplingWarning(UserWarning):
     """A convergence problem of an in-process run; ``finding`` says which."""
 
     def __init__(self, finding: Finding) -> None:
+        if not isinstance(finding, Finding):
+            raise TypeError(f"a SamplingWarning is made of a Finding, not {type(finding).__name__}")
         super().__init__(finding.message)
         self.finding = finding
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # Made of its finding, not of its message (``args``): it pickles, and a copy
+        # made from ``args`` alone fails with TypeError, which pytest-xdist expects.
+        return (SamplingWarning, (self.finding,))
 
 
 @dataclass(frozen=True, slots=True)

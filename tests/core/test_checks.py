@@ -234,3 +234,14 @@ def test_sample_runs_to_the_end_when_the_rule_cannot_be_met() -> None:
         gaussian, 2, algorithm="rwm", iterations=350, warmup=50, seed=3, stop=rule, warn=False
     )
     assert draws.shape == (4, 350, 2)
+
+
+def test_a_sampling_warning_pickles_with_its_finding_and_is_not_made_of_a_message() -> None:
+    import pickle
+
+    finding = Finding("rhat", "x0", None, 1.2, 1.01, "R-hat of x0 is 1.2")
+    copy = pickle.loads(pickle.dumps(SamplingWarning(finding)))
+    assert isinstance(copy, SamplingWarning) and copy.finding == finding
+    assert str(copy) == finding.message
+    with pytest.raises(TypeError, match="Finding"):
+        SamplingWarning(finding.message)  # type: ignore[arg-type]

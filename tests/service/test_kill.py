@@ -158,7 +158,10 @@ def test_service_processes_killed_under_load_lose_and_double_nothing(
         failed = [0]  # requests that met a dead process
 
         def client(k: int) -> None:
-            http = httpx.Client(timeout=10)
+            with httpx.Client(timeout=10) as http:
+                run(http, k)
+
+        def run(http: httpx.Client, k: int) -> None:
             proposals: list[dict[str, object]] = []
             turn = k
             deadline = time.monotonic() + 120

@@ -293,7 +293,8 @@ def _checker(annotation: Any) -> Callable[[Any], bool]:
 
 
 def cold_fields(cls: Any) -> tuple[str, ...]:
-    return tuple(getattr(cls, "COLD_FIELDS", ()))
+    names: tuple[str, ...] = getattr(cls, "COLD_FIELDS", ())
+    return names
 
 
 def encode(state: Any, *, with_cold: bool = True) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -339,4 +340,4 @@ def cold_changed(old: Any, new: Any) -> bool:
     unchanged arrays, see :func:`dataclasses.replace`)."""
     if type(old) is not type(new):
         return True
-    return any(getattr(old, n) is not getattr(new, n) for n in cold_fields(type(new)))
+    return any(getattr(old, name) is not getattr(new, name) for name in cold_fields(type(new)))

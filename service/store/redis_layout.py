@@ -47,13 +47,23 @@ __all__ = [
     "FIELDS",
     "SAVE_DIAGNOSTICS_SCRIPT",
     "STOP_SCRIPT",
+    "UPDATE_HEADER",
     "Keys",
     "f64",
+    "pack_updates",
     "plain_url",
     "record",
     "unavailable",
-    "update_args",
 ]
+
+#: The fixed part of one update in the apply script's binary argument (``struct``
+#: format, the same in Lua): chain, expected version (a double: exact to 2**53), active,
+#: lease seconds, applies a told initial point, the changes of warming, finished and
+#: waiting, the lengths of state, cold part and draw row, and the number of init values
+#: (0 or 1, 8 bytes each) that follow them.
+UPDATE_HEADER = "<I4dBdBi4i4i4I4I4I4B"
+_HEADER = struct.Struct("<IdBdBiiiIIIB")
+
 
 #: Fields of a chain's record hash, in the order :func:`record` reads them (the lease
 #: expiry, from the ``leases`` sorted set, follows them).
@@ -63,6 +73,7 @@ APPLY_SCRIPT = (
     .joinpath("apply.lua")
     .read_text("utf-8")
     .replace("--[[FIELDS]]", ", ".join(f"'{f}'" for f in FIELDS))
+    .replace("--[[UPDATE_HEADER]]", UPDATE_HEADER)
 )
 # KEYS: meta, counts. ARGV: the reason. The reason that stands, or nil: no such session.
 STOP_SCRIPT = """
@@ -101,15 +112,16 @@ def f64(raw: bytes) -> float | None:
     return float(struct.unpack("<d", raw)[0]) if raw else None
 
 
-def record(chain: Any, values: Sequence[Any]) -> ChainRecord:
-    """A record from the values of :data:`FIELDS` and the lease expiry, in that order."""
-    version, state, cold_version, active, init, draws, inits, lease = (
+def record(chain: Any, values: Sequence[Any], state: bytes | None = None) -> ChainRecord:
+    """A record from the values of :data:`FIELDS` and the lease expiry, in that order;
+    ``state``, when given, instead of the one among them."""
+    version, stored, cold_version, active, init, draws, inits, lease = (
         b"" if v is None else v for v in values
     )
     return ChainRecord(
         chain=int(chain),
         version=int(version),
-        state=bytes(state),
+        state=bytes(stored) if state is None else state,
         cold_version=int(cold_version or 0),
         lease_until=float(lease or 0),
         active=active == b"1",
@@ -143,22 +155,31 @@ class Keys:
         return keys
 
 
-def update_args(update: ChainUpdate) -> list[Any]:
-    """An update's group of ARGV (see ``apply.lua``)."""
-    return [
-        str(update.chain),
-        str(update.expected_version),
-        update.state,
-        "1" if update.active else "0",
-        update.cold if update.cold is not None else b"",
-        update.draw if update.draw is not None else b"",
-        struct.pack("<d", update.init_value) if update.init_value is not None else b"",
-        repr(float(update.lease_seconds)),
-        "1" if update.init_told else "0",
-        str(update.counts.warming),
-        str(update.counts.finished),
-        str(update.counts.waiting),
-    ]
+def pack_updates(updates: Sequence[ChainUpdate]) -> bytes:
+    """The apply script's argument that holds ``updates`` (see ``apply.lua``)."""
+    parts: list[bytes] = []
+    for up in updates:
+        cold = up.cold or b""
+        draw = up.draw or b""
+        init = b"" if up.init_value is None else struct.pack("<d", up.init_value)
+        parts.append(
+            _HEADER.pack(
+                up.chain,
+                float(up.expected_version),
+                up.active,
+                float(up.lease_seconds),
+                up.init_told,
+                up.counts.warming,
+                up.counts.finished,
+                up.counts.waiting,
+                len(up.state),
+                len(cold),
+                len(draw),
+                len(init) // 8,
+            )
+        )
+        parts += (up.state, cold, draw, init)
+    return b"".join(parts)
 
 
 #: URL schemes of a Redis Cluster (``redis+cluster://host:port``, with TLS

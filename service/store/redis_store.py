@@ -38,10 +38,10 @@ from kameleon.service.store.redis_layout import (
     SAVE_DIAGNOSTICS_SCRIPT,
     STOP_SCRIPT,
     Keys,
+    pack_updates,
     plain_url,
     record,
     unavailable,
-    update_args,
 )
 
 __all__ = ["APPLY_SCRIPT", "FIELDS", "Keys", "RedisStore"]
@@ -262,7 +262,7 @@ class RedisStore(Store):
         args += [str(c) for c in exclude]
         for up in updates:
             script_keys += keys.chain(up.chain)
-            args += update_args(up)
+        args.append(pack_updates(updates))
         if request is not None:
             script_keys.append(keys.request(request))
         args.append(await self._deadline())
@@ -275,7 +275,8 @@ class RedisStore(Store):
         _, now, applied, conflicts, leased, free, warming, finished, waiting, stopped = reply[:10]
         replayed, next_expiry = reply[10:12]
         self._clock_offset = float(now) - time.time()
-        records = [record(r[0], r[1:]) for r in leased]
+        sent = {up.chain: up.state for up in updates}  # leased records come without it
+        records = [record(r[0], r[1:], state=sent[int(r[0])]) for r in leased]
         if free:
             records += await self._load(keys, [int(c) for c in free])
         return ApplyResult(

@@ -441,3 +441,29 @@ async def test_redis_sessions_made_before_counts_kept_their_size(
     finally:
         client.close()
         await store.close()
+
+
+async def test_a_leased_record_is_the_record_as_stored(store: Store) -> None:
+    """What apply answers for a chain it updated and leased is what load_chains reads
+    (the Redis script builds it from what it wrote), for binary states of any size."""
+    await _create(store)
+    big = bytes(range(256)) * 400  # 100 KB, every byte value, zeros included
+    row = struct.pack("<2d", 0.5, 3.0)
+    updates = [
+        _update(0, 0, state=big, draw=row, cold=b'{"cold": 1}', lease_seconds=30.0),
+        _update(1, 0, init_value=-0.5, init_told=True, lease_seconds=30.0),
+        _update(2, 0, lease_seconds=30.0),
+    ]
+    result = await store.apply("s1", updates)
+    assert result.applied == {0, 1, 2}
+    stored = {r.chain: r for r in await store.load_chains("s1", [0, 1, 2])}
+    assert sorted(r.chain for r in result.leased) == [0, 1, 2]
+    for leased in result.leased:
+        assert leased == stored[leased.chain], leased.chain
+    assert stored[0].state == big and stored[0].draws == 1 and stored[0].cold_version == 1
+    assert stored[1].init_value == -0.5 and stored[1].inits == 1
+    # A second update of chain 0 sees the first one's counts.
+    result = await store.apply("s1", [_update(0, 1, state=b"x", draw=row, lease_seconds=30.0)])
+    (again,) = result.leased
+    assert (again.version, again.draws, again.cold_version) == (2, 2, 1)
+    assert again == (await store.load_chains("s1", [0]))[0]

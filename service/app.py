@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -45,6 +46,15 @@ def build_store(settings: Settings) -> Store:
     return MemoryStore()
 
 
+def _telemetry(settings: Settings) -> dict[str, Any]:
+    """FastAPI's native OpenTelemetry, on or off (:attr:`Settings.opentelemetry`), for a
+    FastAPI that has it."""
+    if "telemetry" not in inspect.signature(FastAPI.__init__).parameters:
+        return {}
+    on = settings.opentelemetry
+    return {"telemetry": {"tracing": on, "metrics": on, "logs": on}}
+
+
 def create_app(settings: Settings | None = None, store: Store | None = None) -> FastAPI:
     """Build the app.
 
@@ -85,6 +95,7 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
         docs_url="/v1/docs",
         redoc_url=None,
         strict_content_type=False,
+        **_telemetry(settings),
     )
     app.state.settings = settings
     app.state.metrics = metrics

@@ -135,6 +135,12 @@ class Settings(BaseSettings):
     metrics: bool = Field(
         True, description="Serve Prometheus metrics at GET /metrics (with a key when keys are set)."
     )
+    opentelemetry: bool = Field(
+        False,
+        description="Let FastAPI report each request's trace, metrics and logs to the "
+        "OpenTelemetry providers configured in the process (off: it looks for them on every "
+        "request, about 7% of a one-chain step, even when there are none).",
+    )
 
     @field_validator("api_key_hashes")
     @classmethod

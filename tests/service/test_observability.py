@@ -107,3 +107,21 @@ def test_the_json_formatter_keeps_exceptions() -> None:
     doc = json.loads(JsonFormatter().format(record))
     assert doc["message"] == "failed" and "ValueError: boom" in doc["exception"]
     assert doc["time"].endswith("Z")
+
+
+def test_fastapi_opentelemetry_is_off_unless_asked_for() -> None:
+    import inspect
+
+    from fastapi import FastAPI
+
+    from kameleon.service.app import _telemetry
+
+    if "telemetry" not in inspect.signature(FastAPI.__init__).parameters:
+        assert _telemetry(Settings(opentelemetry=True)) == {}  # a FastAPI without it
+        return
+    off = _telemetry(Settings())["telemetry"]
+    on = _telemetry(Settings(opentelemetry=True))["telemetry"]
+    assert off == {"tracing": False, "metrics": False, "logs": False}
+    assert on == {"tracing": True, "metrics": True, "logs": True}
+    app = create_app(Settings())
+    assert not app._native_telemetry.enabled()  # no provider lookups per request

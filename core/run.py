@@ -1,7 +1,8 @@
 """Run samplers in process, without the service.
 
 :func:`run_chain` drives any sampler module of :data:`core.SAMPLERS` through its ask/tell
-interface with a Python log-density function; :func:`sample` is the two-line API::
+interface with a Python log-density function (the chains' recorder is in
+:mod:`core.runner`); :func:`sample` is the two-line API::
 
     from kameleon.core.run import sample
     draws = sample(logdensity_fn, dim=2)  # (chains, draws, dim)
@@ -16,8 +17,7 @@ a run's output (effective sample size, R-hat, standard errors) are in
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from types import ModuleType
 from typing import Any
 
@@ -25,12 +25,12 @@ import numpy as np
 import numpy.typing as npt
 
 from kameleon.core import DEFAULT_ALGORITHM, SAMPLERS
-from kameleon.core.base import FloatArray, StepInfo, frozen_array
-from kameleon.core.batch import accept_block, ask_many, tell_many
+from kameleon.core.base import FloatArray
 from kameleon.core.checks import SamplingWarning, StopRule, check
 from kameleon.core.diagnostics import summarize
-from kameleon.core.initial import DEFAULT_MAX_ATTEMPTS, initial_point, redraw, start_radius
+from kameleon.core.initial import DEFAULT_MAX_ATTEMPTS
 from kameleon.core.linalg import single_threaded_blas
+from kameleon.core.runner import ChainResult, LogDensityFn, Runner, advance_together
 
 __all__ = [
     "ChainResult",
@@ -41,148 +41,6 @@ __all__ = [
     "sample",
     "sample_chains",
 ]
-
-LogDensityFn = Callable[[FloatArray], float]
-
-
-@dataclass(frozen=True, eq=False)
-class ChainResult:
-    """What :func:`run_chain` recorded, one row per transition.
-
-    Attributes
-    ----------
-    draws
-        The chain's position after each transition, shape ``(n, dim)``.
-    logdensity
-        The chain's (cached) log density after each transition, shape ``(n,)``.
-    told
-        The log density told for each transition's proposal, shape ``(n,)``.
-    accepted
-        Whether each proposal was accepted, shape ``(n,)``.
-    acceptance_probability
-        ``min(1, alpha)`` of each proposal, shape ``(n,)``.
-    state
-        The final state.
-    """
-
-    draws: FloatArray
-    logdensity: FloatArray
-    told: FloatArray
-    accepted: npt.NDArray[np.bool_]
-    acceptance_probability: FloatArray
-    state: Any
-
-
-class _Runner:
-    """One chain, advanced a number of transitions at a time, its rows recorded."""
-
-    def __init__(
-        self,
-        sampler: ModuleType,
-        params: Any,
-        logdensity_fn: LogDensityFn,
-        initial: npt.ArrayLike | None,
-        capacity: int,
-        *,
-        seed: int,
-        chain: int,
-        initial_radius: float | None = None,
-        max_initial_attempts: int = DEFAULT_MAX_ATTEMPTS,
-    ) -> None:
-        self.sampler, self.params, self.logdensity_fn = sampler, params, logdensity_fn
-        radius = start_radius(initial is not None, initial_radius)
-        if max_initial_attempts < 1:
-            raise ValueError("max_initial_attempts must be positive")
-        center = None if initial is None else np.asarray(initial, dtype=np.float64)
-        if radius is None:
-            start = center
-        else:
-            dim = params.dim if center is None else center.size
-            start = initial_point(
-                dim, seed=seed, chain=chain, attempt=0, center=center, radius=radius
-            )
-        state = sampler.init(start, params, seed=seed, chain=chain)
-        while True:
-            proposal = sampler.ask(state, params)
-            logdensity_0 = float(logdensity_fn(proposal.position))
-            state, info = sampler.tell(state, params, proposal, logdensity_0)
-            if info.outcome != "outside_support":
-                break
-            state = redraw(state, center=center, radius=radius, max_attempts=max_initial_attempts)
-            if state is None:
-                tried = "" if radius is None else f" (after {max_initial_attempts} drawn points)"
-                raise ValueError(f"the log density of the initial point is -inf{tried}")
-        self.state = state
-        self.n = 0
-        dim = state.position.size
-        self.draws = np.empty((capacity, dim))
-        self.logdensity = np.empty(capacity)
-        self.told = np.empty(capacity)
-        self.accepted = np.empty(capacity, dtype=bool)
-        self.acceptance_probability = np.empty(capacity)
-
-    def advance(self, transitions: int) -> None:
-        advance_together([self], transitions)
-
-    def record(self, i: int, told: float, state: Any, info: StepInfo) -> None:
-        self.told[i] = told
-        self.draws[i] = state.position
-        self.logdensity[i] = state.logdensity
-        self.accepted[i] = info.outcome == "accepted"
-        self.acceptance_probability[i] = info.acceptance_probability
-
-    def result(self) -> ChainResult:
-        n = self.n
-        accepted = self.accepted[:n].copy()
-        accepted.flags.writeable = False
-        return ChainResult(
-            draws=frozen_array(self.draws[:n]),
-            logdensity=frozen_array(self.logdensity[:n]),
-            told=frozen_array(self.told[:n]),
-            accepted=accepted,
-            acceptance_probability=frozen_array(self.acceptance_probability[:n]),
-            state=self.state,
-        )
-
-
-#: Iterations whose accept streams :func:`advance_together` draws at once.
-_BLOCK = 512
-
-
-def advance_together(runners: Sequence[_Runner], transitions: int) -> None:
-    """Advance chains of one sampler and one log density side by side, ``transitions``
-    each: per iteration, every chain's proposal (:func:`core.batch.ask_many`), the log
-    densities, then every chain's step (:func:`core.batch.tell_many`), with the accept
-    streams of many iterations drawn at once (:func:`core.batch.accept_block`). Each
-    chain's draws are those it would make alone; only the order of the log-density
-    calls differs. Every chain has its initial point and has made as many transitions
-    as the others."""
-    if not runners:
-        return
-    sampler, params, fn = runners[0].sampler, runners[0].params, runners[0].logdensity_fn
-    states = [r.state for r in runners]
-    first = runners[0].n + 1  # the iteration of every chain's next proposal
-    batched = getattr(sampler, "METROPOLIS_ADAPT", None) is not None
-    block: Any = None
-    for step in range(transitions):
-        if step % _BLOCK == 0 and batched:
-            block = accept_block(states, first + step, min(_BLOCK, transitions - step)).tolist()
-        proposals = ask_many(sampler, states, params)
-        values = [float(fn(p.position)) for p in proposals]
-        told = tell_many(
-            sampler,
-            states,
-            params,
-            proposals,
-            values,
-            accept=block[step % _BLOCK] if batched else None,
-        )
-        for k, (runner, value, (state, info)) in enumerate(zip(runners, values, told, strict=True)):
-            runner.record(runner.n + step, value, state, info)
-            states[k] = state
-    for runner, state in zip(runners, states, strict=True):
-        runner.state = state
-        runner.n += transitions
 
 
 def run_chain(
@@ -231,7 +89,7 @@ def run_chain(
         point was), or ``logdensity_fn`` returns NaN or ``+inf``.
     """
     with single_threaded_blas():  # reproducible arithmetic (core.linalg)
-        runner = _Runner(
+        runner = Runner(
             sampler,
             params,
             logdensity_fn,
@@ -368,8 +226,8 @@ def sample_chains(
     with single_threaded_blas():  # reproducible arithmetic (core.linalg)
         params = sampler.make_params(dim, options or {}, warmup=warmup)
 
-        def runner(c: int) -> _Runner:
-            return _Runner(
+        def runner(c: int) -> Runner:
+            return Runner(
                 sampler,
                 params,
                 logdensity_fn,
@@ -403,6 +261,6 @@ def sample_chains(
     return [r.result() for r in runners]
 
 
-def _post(runners: Sequence[_Runner], warmup: int) -> FloatArray:
+def _post(runners: Sequence[Runner], warmup: int) -> FloatArray:
     """The post-warm-up draws of every chain, shape ``(chains, draws, dim)``."""
     return np.stack([r.draws[warmup : r.n] for r in runners])

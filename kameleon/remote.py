@@ -42,76 +42,87 @@ def served(
     def connect() -> Client:
         return Client(url, api_key=api_key, retry_seconds=retry_seconds)
 
-    total = run.warmup + run.iterations
-    if total < 1:
+    if run.warmup + run.iterations < 1:
         raise ValueError("warmup + iterations must be positive")
     with connect() as client:
-        session = client.create_session(
-            run.dim,
-            algorithm=run.algorithm,
-            chains=run.chains,
-            initial=run.initial,
-            initial_radius=run.initial_radius,
-            max_initial_attempts=run.max_initial_attempts,
-            seed=run.seed,
-            pseudo_marginal=pseudo_marginal or None,
-            warmup=run.warmup,
-            max_iterations=total,
-            param_names=run.names,
-            options=run.options,
-            stop=None
-            if run.rule is None
-            else {
-                "rhat": run.rule.rhat,
-                "ess": run.rule.ess,
-                "check_every": run.rule.check_every,
-            },
-        )
-        bar = _Progress(run.chains * total, run.progress)
+        session_id = _create(client, run, pseudo_marginal)
+        state = _Shared(bar=_Progress(run.chains * (run.warmup + run.iterations), run.progress))
         pool: Executor | None = (
             ProcessPoolExecutor(max_workers=workers) if parallel == "processes" else None
         )
-        state = _Shared(bar=bar)
         batch = max(1, math.ceil(run.chains / workers))
         threads = [
             threading.Thread(
                 target=_worker,
-                args=(connect, session.id, run.logdensity, pool, batch, lease_seconds, state),
+                args=(connect, session_id, run.logdensity, pool, batch, lease_seconds, state),
                 name=f"kameleon-worker-{w}",
                 daemon=True,
             )
             for w in range(workers)
         ]
         try:
-            for t in threads:
-                t.start()
-            last_rhat = time.monotonic()
-            while any(t.is_alive() for t in threads):
-                for t in threads:
-                    t.join(timeout=_REFRESH / len(threads))
-                bar.draw()
-                if bar.enabled and time.monotonic() - last_rhat > _RHAT_EVERY:
-                    last_rhat = time.monotonic()
-                    bar.r_hat = _rhat(client, session.id)
-        except BaseException:
-            state.stop.set()
-            for t in threads:
-                t.join()
-            raise
+            _watch(client, session_id, threads, state)
         finally:
-            bar.close()
+            state.bar.close()
             if pool is not None:
                 pool.shutdown(cancel_futures=True)
         if state.error is not None:
             raise state.error
         if state.needs_initial:
-            summary = client.get_session(session.id)
+            summary = client.get_session(session_id)
             stuck = [c.chain for c in summary.chain_summaries if c.status == "needs_initial_point"]
             raise ValueError(
                 f"the log density of the initial point is -inf (chains {stuck}; "
-                f"session {session.id} waits for a reset)"
+                f"session {session_id} waits for a reset)"
             )
-        return session_result(client, session.id, chains=run.chains, names=run.names)
+        return session_result(client, session_id, chains=run.chains, names=run.names)
+
+
+def _create(client: Client, run: _Run, pseudo_marginal: bool) -> str:
+    """The run's session; its id."""
+    rule = run.rule
+    session = client.create_session(
+        run.dim,
+        algorithm=run.algorithm,
+        chains=run.chains,
+        initial=run.initial,
+        initial_radius=run.initial_radius,
+        max_initial_attempts=run.max_initial_attempts,
+        seed=run.seed,
+        pseudo_marginal=pseudo_marginal or None,
+        warmup=run.warmup,
+        max_iterations=run.warmup + run.iterations,
+        param_names=run.names,
+        options=run.options,
+        stop=None
+        if rule is None
+        else {"rhat": rule.rhat, "ess": rule.ess, "check_every": rule.check_every},
+    )
+    return session.id
+
+
+def _watch(
+    client: Client, session_id: str, threads: list[threading.Thread], state: _Shared
+) -> None:
+    """Start the workers and wait for them, drawing the progress bar (with R-hat asked
+    of the service now and then); on an interruption, stop them first."""
+    bar = state.bar
+    try:
+        for t in threads:
+            t.start()
+        last_rhat = time.monotonic()
+        while any(t.is_alive() for t in threads):
+            for t in threads:
+                t.join(timeout=_REFRESH / len(threads))
+            bar.draw()
+            if bar.enabled and time.monotonic() - last_rhat > _RHAT_EVERY:
+                last_rhat = time.monotonic()
+                bar.r_hat = _rhat(client, session_id)
+    except BaseException:
+        state.stop.set()
+        for t in threads:
+            t.join()
+        raise
 
 
 def session_result(

@@ -1,0 +1,160 @@
+"""Chains advanced in process: the recorder of one chain's rows, and many chains of one
+sampler advanced side by side (:func:`advance_together`), as :mod:`core.run` runs them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from kameleon.core.base import FloatArray, StepInfo, frozen_array
+from kameleon.core.batch import accept_block, ask_many, tell_many
+from kameleon.core.initial import DEFAULT_MAX_ATTEMPTS, initial_point, redraw, start_radius
+
+__all__ = ["ChainResult", "LogDensityFn", "Runner", "advance_together"]
+
+LogDensityFn = Callable[[FloatArray], float]
+
+
+@dataclass(frozen=True, eq=False)
+class ChainResult:
+    """What :func:`run_chain` recorded, one row per transition.
+
+    Attributes
+    ----------
+    draws
+        The chain's position after each transition, shape ``(n, dim)``.
+    logdensity
+        The chain's (cached) log density after each transition, shape ``(n,)``.
+    told
+        The log density told for each transition's proposal, shape ``(n,)``.
+    accepted
+        Whether each proposal was accepted, shape ``(n,)``.
+    acceptance_probability
+        ``min(1, alpha)`` of each proposal, shape ``(n,)``.
+    state
+        The final state.
+    """
+
+    draws: FloatArray
+    logdensity: FloatArray
+    told: FloatArray
+    accepted: npt.NDArray[np.bool_]
+    acceptance_probability: FloatArray
+    state: Any
+
+
+class Runner:
+    """One chain, advanced a number of transitions at a time, its rows recorded."""
+
+    def __init__(
+        self,
+        sampler: ModuleType,
+        params: Any,
+        logdensity_fn: LogDensityFn,
+        initial: npt.ArrayLike | None,
+        capacity: int,
+        *,
+        seed: int,
+        chain: int,
+        initial_radius: float | None = None,
+        max_initial_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    ) -> None:
+        self.sampler, self.params, self.logdensity_fn = sampler, params, logdensity_fn
+        radius = start_radius(initial is not None, initial_radius)
+        if max_initial_attempts < 1:
+            raise ValueError("max_initial_attempts must be positive")
+        center = None if initial is None else np.asarray(initial, dtype=np.float64)
+        if radius is None:
+            start = center
+        else:
+            dim = params.dim if center is None else center.size
+            start = initial_point(
+                dim, seed=seed, chain=chain, attempt=0, center=center, radius=radius
+            )
+        state = sampler.init(start, params, seed=seed, chain=chain)
+        while True:
+            proposal = sampler.ask(state, params)
+            logdensity_0 = float(logdensity_fn(proposal.position))
+            state, info = sampler.tell(state, params, proposal, logdensity_0)
+            if info.outcome != "outside_support":
+                break
+            state = redraw(state, center=center, radius=radius, max_attempts=max_initial_attempts)
+            if state is None:
+                tried = "" if radius is None else f" (after {max_initial_attempts} drawn points)"
+                raise ValueError(f"the log density of the initial point is -inf{tried}")
+        self.state = state
+        self.n = 0
+        dim = state.position.size
+        self.draws = np.empty((capacity, dim))
+        self.logdensity = np.empty(capacity)
+        self.told = np.empty(capacity)
+        self.accepted = np.empty(capacity, dtype=bool)
+        self.acceptance_probability = np.empty(capacity)
+
+    def advance(self, transitions: int) -> None:
+        advance_together([self], transitions)
+
+    def record(self, i: int, told: float, state: Any, info: StepInfo) -> None:
+        self.told[i] = told
+        self.draws[i] = state.position
+        self.logdensity[i] = state.logdensity
+        self.accepted[i] = info.outcome == "accepted"
+        self.acceptance_probability[i] = info.acceptance_probability
+
+    def result(self) -> ChainResult:
+        n = self.n
+        accepted = self.accepted[:n].copy()
+        accepted.flags.writeable = False
+        return ChainResult(
+            draws=frozen_array(self.draws[:n]),
+            logdensity=frozen_array(self.logdensity[:n]),
+            told=frozen_array(self.told[:n]),
+            accepted=accepted,
+            acceptance_probability=frozen_array(self.acceptance_probability[:n]),
+            state=self.state,
+        )
+
+
+#: Iterations whose accept streams :func:`advance_together` draws at once.
+_BLOCK = 512
+
+
+def advance_together(runners: Sequence[Runner], transitions: int) -> None:
+    """Advance chains of one sampler and one log density side by side, ``transitions``
+    each: per iteration, every chain's proposal (:func:`core.batch.ask_many`), the log
+    densities, then every chain's step (:func:`core.batch.tell_many`), with the accept
+    streams of many iterations drawn at once (:func:`core.batch.accept_block`). Each
+    chain's draws are those it would make alone; only the order of the log-density
+    calls differs. Every chain has its initial point and has made as many transitions
+    as the others."""
+    if not runners:
+        return
+    sampler, params, fn = runners[0].sampler, runners[0].params, runners[0].logdensity_fn
+    states = [r.state for r in runners]
+    first = runners[0].n + 1  # the iteration of every chain's next proposal
+    batched = getattr(sampler, "METROPOLIS_ADAPT", None) is not None
+    block: Any = None
+    for step in range(transitions):
+        if step % _BLOCK == 0 and batched:
+            block = accept_block(states, first + step, min(_BLOCK, transitions - step)).tolist()
+        proposals = ask_many(sampler, states, params)
+        values = [float(fn(p.position)) for p in proposals]
+        told = tell_many(
+            sampler,
+            states,
+            params,
+            proposals,
+            values,
+            accept=block[step % _BLOCK] if batched else None,
+        )
+        for k, (runner, value, (state, info)) in enumerate(zip(runners, values, told, strict=True)):
+            runner.record(runner.n + step, value, state, info)
+            states[k] = state
+    for runner, state in zip(runners, states, strict=True):
+        runner.state = state
+        runner.n += transitions

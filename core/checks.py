@@ -51,14 +51,14 @@ Why these two chain checks besides R-hat and acceptance:
   MCSE were exact; with estimated MCSEs, 200 runs each of simulated AR(1) chains with
   at least 100 effective draws per chain (4 to 64 chains) never went past 4.4.
 
-:class:`StopRule` is the stopping rule: every parameter's R-hat below a bound and its
-bulk and tail ESS (over all chains) above another.
+:class:`StopRule` (:mod:`core.stopping`, exported here too) is the stopping rule: every
+parameter's R-hat below a bound and its bulk and tail ESS (over all chains) above another.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -67,6 +67,7 @@ import numpy.typing as npt
 
 from kameleon.core.base import FloatArray
 from kameleon.core.diagnostics import MIN_DRAWS, ParameterSummary, chain_mean_z, summarize
+from kameleon.core.stopping import StopRule
 
 __all__ = [
     "ACCEPTANCE_MAX",
@@ -114,14 +115,12 @@ class SamplingWarning(UserWarning):
     """A convergence problem of an in-process run; ``finding`` says which."""
 
     def __init__(self, finding: Finding) -> None:
-        if not isinstance(finding, Finding):
+        if not isinstance(finding, Finding):  # e.g. rebuilt from ``args`` by pytest-xdist
             raise TypeError(f"a SamplingWarning is made of a Finding, not {type(finding).__name__}")
         super().__init__(finding.message)
         self.finding = finding
 
-    def __reduce__(self) -> tuple[Any, ...]:
-        # Made of its finding, not of its message (``args``): it pickles, and a copy
-        # made from ``args`` alone fails with TypeError, which pytest-xdist expects.
+    def __reduce__(self) -> tuple[Any, ...]:  # pickled with its finding, not its message
         return (SamplingWarning, (self.finding,))
 
 
@@ -155,52 +154,6 @@ class Finding:
     def as_dict(self) -> dict[str, Any]:
         """The finding as a plain dictionary."""
         return asdict(self)
-
-
-@dataclass(frozen=True, slots=True)
-class StopRule:
-    """Stop sampling when every parameter has converged by these bounds.
-
-    Attributes
-    ----------
-    rhat
-        Every parameter's rank-normalised split R-hat must be below it.
-    ess
-        Every parameter's bulk and tail ESS, over all chains, must be above it.
-    check_every
-        Post-warm-up iterations per chain between two checks of the rule.
-    """
-
-    rhat: float = 1.01
-    ess: float = 400.0
-    check_every: int = 1000
-
-    def __post_init__(self) -> None:
-        if not (math.isfinite(self.rhat) and self.rhat > 1.0):
-            raise ValueError(f"stop rule: rhat must be a finite number above 1, not {self.rhat}")
-        if not (math.isfinite(self.ess) and self.ess > 0):
-            raise ValueError(f"stop rule: ess must be a positive finite number, not {self.ess}")
-        if isinstance(self.check_every, bool) or not isinstance(self.check_every, int):
-            raise ValueError("stop rule: check_every must be an integer")
-        if self.check_every < 1:
-            raise ValueError(f"stop rule: check_every must be positive, not {self.check_every}")
-
-    @classmethod
-    def of(cls, rule: StopRule | Mapping[str, Any]) -> StopRule:
-        """``rule`` itself, or the rule a mapping such as ``{"rhat": 1.01}`` describes."""
-        if isinstance(rule, StopRule):
-            return rule
-        unknown = set(rule) - {"rhat", "ess", "check_every"}
-        if unknown:
-            raise ValueError(f"stop rule: unknown fields {sorted(unknown)}")
-        return cls(**rule)
-
-    def met(self, summaries: Sequence[ParameterSummary]) -> bool:
-        """Whether every parameter meets the rule; an undefined statistic does not."""
-        return bool(summaries) and all(
-            p["r_hat"] < self.rhat and p["ess_bulk"] > self.ess and p["ess_tail"] > self.ess
-            for p in summaries
-        )
 
 
 def stuck_threshold(draws: int) -> int:

@@ -22,7 +22,7 @@ LogDensityFn = Callable[[FloatArray], float]
 
 @dataclass(frozen=True, eq=False)
 class ChainResult:
-    """What :func:`run_chain` recorded, one row per transition.
+    """What :func:`core.run.run_chain` recorded, one row per transition.
 
     Attributes
     ----------

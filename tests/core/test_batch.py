@@ -14,7 +14,8 @@ import pytest
 
 from kameleon.core import SAMPLERS
 from kameleon.core.base import Proposal, StepInfo, reset
-from kameleon.core.batch import ask_many, tell_many
+from kameleon.core.batch import ARRAY_PHILOX_MIN, accept_block, ask_many, tell_many
+from kameleon.core.rng import Stream, generator
 from kameleon.core.samplers import am, rwm
 from tests.core.test_interface import _assert_identical
 
@@ -114,3 +115,34 @@ def test_step_info_is_returned_not_kept() -> None:
     ((after, info),) = tell_many(rwm, [state], params, ask_many(rwm, [state], params), [-0.5])
     assert isinstance(info, StepInfo) and info.outcome == "initialized"
     assert not hasattr(after, "outcome")
+
+
+@pytest.mark.parametrize("name", ["rwm", "am"])
+def test_enough_chains_for_the_array_philox_give_the_same_steps(name: str) -> None:
+    sampler = SAMPLERS[name]
+    params = sampler.make_params(DIM, {}, warmup=5)
+    n = ARRAY_PHILOX_MIN + 3
+    states = [
+        sampler.init(np.full(DIM, 0.01 * c), params, seed=7 + c % 3, chain=c) for c in range(n)
+    ]
+    for _ in range(8):  # through the end of warm-up
+        proposals = ask_many(sampler, states, params)
+        values = [_logdensity(np.asarray(p.position)) for p in proposals]
+        batched = tell_many(sampler, states, params, proposals, values)
+        one_by_one = [
+            sampler.tell(s, params, p, v) for s, p, v in zip(states, proposals, values, strict=True)
+        ]
+        for c, (a, b) in enumerate(zip(one_by_one, batched, strict=True)):
+            _assert_identical(a, b, f"chain {c}")
+        states = [s for s, _ in batched]
+
+
+def test_an_accept_block_is_each_chains_accept_stream() -> None:
+    params = rwm.make_params(DIM, {}, warmup=5)
+    states = [rwm.init(np.zeros(DIM), params, seed=3, chain=c) for c in (0, 5, 9)]
+    block = accept_block(states, 17, 4)
+    assert block.shape == (4, 3, 2)
+    for k in range(4):
+        for i, state in enumerate(states):
+            expected = generator(state.seed, state.chain, 17 + k, Stream.ACCEPT).random(2)
+            assert block[k, i].tolist() == expected.tolist()

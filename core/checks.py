@@ -223,37 +223,10 @@ def check(
         ]
     if summaries is None:
         summaries = summarize(values, names)
-    found: list[Finding] = []
-    bad = np.count_nonzero(~np.isfinite(values), axis=(0, 1))
-    for name, count in zip(names, bad, strict=True):
-        if count:
-            found.append(
-                Finding(
-                    "nonfinite",
-                    name,
-                    None,
-                    float(count),
-                    0.0,
-                    f"{name} has {count} draws that are NaN or infinite.",
-                )
-            )
+    found = _nonfinite(values, names)
     found += [f for p in summaries if (f := _rhat(p)) is not None]
     ess_min = float(ESS_PER_CHAIN_MIN * m)
-    for kind, label in (("ess_bulk", "bulk"), ("ess_tail", "tail")):
-        for p in summaries:
-            ess = p["ess_bulk"] if kind == "ess_bulk" else p["ess_tail"]
-            if ess < ess_min:
-                found.append(
-                    Finding(
-                        kind,
-                        p["name"],
-                        None,
-                        ess,
-                        ess_min,
-                        f"{label} ESS of {p['name']} is {ess:.0f}, under {ESS_PER_CHAIN_MIN} "
-                        f"per chain ({ess_min:.0f}): run longer.",
-                    )
-                )
+    found += _ess(summaries, ess_min)
     if acceptance is not None:
         found += _acceptance(acceptance)
     found += _stuck(values)
@@ -261,6 +234,37 @@ def check(
     # chains have enough effective draws; with fewer, ``ess_bulk`` has already warned.
     judged = [k for k, p in enumerate(summaries) if p["ess_bulk"] >= ess_min]
     found += _chain_means(values, names, judged)
+    return found
+
+
+def _nonfinite(values: FloatArray, names: Sequence[str]) -> list[Finding]:
+    bad = np.count_nonzero(~np.isfinite(values), axis=(0, 1))
+    return [
+        Finding(
+            "nonfinite",
+            name,
+            None,
+            float(count),
+            0.0,
+            f"{name} has {count} draws that are NaN or infinite.",
+        )
+        for name, count in zip(names, bad, strict=True)
+        if count
+    ]
+
+
+def _ess(summaries: Sequence[ParameterSummary], ess_min: float) -> list[Finding]:
+    """Every bulk ESS finding, then every tail ESS finding."""
+    found = []
+    for kind, label in (("ess_bulk", "bulk"), ("ess_tail", "tail")):
+        for p in summaries:
+            ess = p["ess_bulk"] if kind == "ess_bulk" else p["ess_tail"]
+            if ess < ess_min:
+                message = (
+                    f"{label} ESS of {p['name']} is {ess:.0f}, under {ESS_PER_CHAIN_MIN} "
+                    f"per chain ({ess_min:.0f}): run longer."
+                )
+                found.append(Finding(kind, p["name"], None, ess, ess_min, message))
     return found
 
 

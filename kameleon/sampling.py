@@ -224,12 +224,7 @@ def _in_process(run: _Run) -> Result:
     except BaseException:
         bar.close()
         raise
-    findings = []
-    for w in caught:
-        if isinstance(w.message, SamplingWarning):
-            findings.append(_renamed(w.message.finding, run.names))
-        else:  # not ours: pass it on as it was
-            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+    findings = _findings(caught, run.names)
     kept = slice(run.warmup, None)
     draws = np.stack([c.draws[kept] for c in chains])
     log_density = np.stack([c.logdensity[kept] for c in chains])
@@ -250,6 +245,18 @@ def _in_process(run: _Run) -> Result:
         algorithm=run.algorithm,
         warmup=run.warmup,
     )
+
+
+def _findings(caught: list[warnings.WarningMessage], names: list[str]) -> list[Finding]:
+    """The findings of the caught sampling warnings, with the run's parameter names; any
+    other warning is passed on as it was."""
+    findings = []
+    for w in caught:
+        if isinstance(w.message, SamplingWarning):
+            findings.append(_renamed(w.message.finding, names))
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
+    return findings
 
 
 def _local_diagnostics(

@@ -90,45 +90,24 @@ def drive(args: argparse.Namespace) -> int:
     model = _model(args)
     inputs = int(sum(model.get_input_sizes(config)))
     with Client(args.url, api_key=args.api_key) as client:
-        if args.session is None:
-            session = client.create_session(
-                args.dim or inputs,
-                algorithm=args.algorithm,
-                chains=args.chains,
-                warmup=args.warmup,
-                max_iterations=args.warmup + args.iterations,
-                seed=args.seed,
-                pseudo_marginal=args.pseudo_marginal,
-            )
-        else:
-            session = client.get_session(args.session)
-        if session.dim != inputs:
-            raise ValueError(f"the session has dim {session.dim}, the model {inputs} inputs")
+        session = _session(client, args, inputs)
         print(f"session {session.id}", flush=True)
         counts = {"evaluations": 0, "outside": 0}
         lock = threading.Lock()
 
-        def worker() -> None:
-            answer = client.ask(session.id, max=1, lease_seconds=args.lease_seconds)
-            while not answer.done:
-                if not answer.proposals and answer.status == "needs_initial_point":
-                    return  # a chain waits for a new initial point: nothing more to do
-                if not answer.proposals:
-                    answer = client.ask(
-                        session.id, max=1, lease_seconds=args.lease_seconds, wait_seconds=5
-                    )
-                    continue
-                results = []
-                for p in answer.proposals:
-                    value = log_density_of(model, p.x, config)
-                    results.append((p.id, value))
-                    with lock:
-                        counts["evaluations"] += 1
-                        counts["outside"] += value is None
-                answer = _tell(client, session.id, results, args.lease_seconds)
+        def evaluate(x: Any) -> float | None:
+            value = log_density_of(model, x, config)
+            with lock:
+                counts["evaluations"] += 1
+                counts["outside"] += value is None
+            return value
 
         with ThreadPoolExecutor(args.concurrency) as pool:
-            for future in [pool.submit(worker) for _ in range(args.concurrency)]:
+            workers = [
+                pool.submit(_worker, client, session.id, evaluate, args.lease_seconds)
+                for _ in range(args.concurrency)
+            ]
+            for future in workers:
                 future.result()
         summary = client.get_session(session.id)
     stuck = [c.chain for c in summary.chain_summaries if c.status == "needs_initial_point"]
@@ -142,6 +121,41 @@ def drive(args: argparse.Namespace) -> int:
         f"{counts['outside']} told as -inf"
     )
     return 0
+
+
+def _session(client: Any, args: argparse.Namespace, inputs: int) -> Any:
+    """The session to drive: a new one from the arguments, or ``--session``'s, whose
+    dimension must be the model's number of inputs."""
+    if args.session is None:
+        session = client.create_session(
+            args.dim or inputs,
+            algorithm=args.algorithm,
+            chains=args.chains,
+            warmup=args.warmup,
+            max_iterations=args.warmup + args.iterations,
+            seed=args.seed,
+            pseudo_marginal=args.pseudo_marginal,
+        )
+    else:
+        session = client.get_session(args.session)
+    if session.dim != inputs:
+        raise ValueError(f"the session has dim {session.dim}, the model {inputs} inputs")
+    return session
+
+
+def _worker(
+    client: Any, session_id: str, evaluate: Callable[[Any], float | None], lease_seconds: float
+) -> None:
+    """Ask, evaluate, step, until the session is done or a chain waits for a reset."""
+    answer = client.ask(session_id, max=1, lease_seconds=lease_seconds)
+    while not answer.done:
+        if not answer.proposals and answer.status == "needs_initial_point":
+            return  # a chain waits for a new initial point: nothing more to do
+        if not answer.proposals:
+            answer = client.ask(session_id, max=1, lease_seconds=lease_seconds, wait_seconds=5)
+            continue
+        results = [(p.id, evaluate(p.x)) for p in answer.proposals]
+        answer = _tell(client, session_id, results, lease_seconds)
 
 
 def _tell(client: Any, session_id: str, results: list[Any], lease_seconds: float) -> Any:

@@ -125,3 +125,15 @@ def test_fastapi_opentelemetry_is_off_unless_asked_for() -> None:
     assert on == {"tracing": True, "metrics": True, "logs": True}
     app = create_app(Settings())
     assert not app._native_telemetry.enabled()  # no provider lookups per request
+
+
+def test_the_service_tunes_the_garbage_collector_while_it_runs() -> None:
+    import gc
+
+    from kameleon.service.app import GC_YOUNG_THRESHOLD
+
+    before = gc.get_threshold()
+    with TestClient(create_app(Settings(), store=MemoryStore())) as client:
+        assert client.get("/v1/health").status_code == 200
+        assert gc.get_threshold()[0] == GC_YOUNG_THRESHOLD
+    assert gc.get_threshold() == before  # given back at shutdown

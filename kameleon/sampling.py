@@ -1,7 +1,7 @@
 """``kameleon.sample``: one call that samples a Python log density, in process or through
 a Kameleon service, and returns a :class:`~kameleon.result.Result`.
 
-In process (``url=None``) it runs :func:`kameleon.core.run.sample`. With a URL it
+In process (``url=None``) it runs :func:`kameleon.core.run.sample_chains`. With a URL it
 creates a session and runs ``workers`` workers, each asking for proposals with a lease,
 evaluating them and stepping (tell, then ask), so that an expensive log density is
 evaluated at several points at once. Either way the same seed gives the same draws, bit
@@ -11,18 +11,17 @@ for bit: a chain's random numbers depend only on the seed, the chain and the val
 from __future__ import annotations
 
 import math
-import re
 import secrets
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 
 from kameleon.core import DEFAULT_ALGORITHM
-from kameleon.core.checks import Finding, SamplingWarning, StopRule
-from kameleon.core.diagnostics import summarize
+from kameleon.core.checks import SamplingWarning, StopRule, check
+from kameleon.core.diagnostics import ParameterSummary, summarize
 from kameleon.core.initial import DEFAULT_MAX_ATTEMPTS
 from kameleon.core.run import sample_chains
 from kameleon.models import ChainDiagnostics, Diagnostics, ParameterDiagnostics
@@ -204,34 +203,38 @@ def _in_process(run: _Run) -> Result:
         return value
 
     try:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always", SamplingWarning)
-            chains = sample_chains(
-                counted if bar.enabled else fn,
-                run.dim,
-                algorithm=run.algorithm,
-                chains=run.chains,
-                iterations=run.iterations,
-                warmup=run.warmup,
-                initial=run.initial,
-                initial_radius=run.initial_radius,
-                max_initial_attempts=run.max_initial_attempts,
-                seed=run.seed,
-                options=run.options,
-                stop=run.rule,
-                warn=True,
-            )
+        chains = sample_chains(
+            counted if bar.enabled else fn,
+            run.dim,
+            algorithm=run.algorithm,
+            chains=run.chains,
+            iterations=run.iterations,
+            warmup=run.warmup,
+            initial=run.initial,
+            initial_radius=run.initial_radius,
+            max_initial_attempts=run.max_initial_attempts,
+            seed=run.seed,
+            options=run.options,
+            stop=run.rule,
+            warn=False,  # checked below, with the run's names and one summary
+        )
     except BaseException:
         bar.close()
         raise
-    findings = _findings(caught, run.names)
     kept = slice(run.warmup, None)
     draws = np.stack([c.draws[kept] for c in chains])
     log_density = np.stack([c.logdensity[kept] for c in chains])
     acceptance = np.array(
         [float(c.accepted[kept].mean()) if c.accepted[kept].size else math.nan for c in chains]
     )
-    diagnostics = _local_diagnostics(draws, run, acceptance)
+    summaries = summarize(draws, run.names) if draws.shape[1] else []
+    findings = check(
+        draws,
+        run.names,
+        [None if math.isnan(a) else float(a) for a in acceptance],
+        summaries=summaries,
+    )
+    diagnostics = _local_diagnostics(draws, run, acceptance, summaries)
     bar.r_hat = diagnostics.max_r_hat
     bar.close()
     return Result(
@@ -247,20 +250,11 @@ def _in_process(run: _Run) -> Result:
     )
 
 
-def _findings(caught: list[warnings.WarningMessage], names: list[str]) -> list[Finding]:
-    """The findings of the caught sampling warnings, with the run's parameter names; any
-    other warning is passed on as it was."""
-    findings = []
-    for w in caught:
-        if isinstance(w.message, SamplingWarning):
-            findings.append(_renamed(w.message.finding, names))
-        else:
-            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno, source=w.source)
-    return findings
-
-
 def _local_diagnostics(
-    draws: npt.NDArray[np.float64], run: _Run, acceptance: npt.NDArray[np.float64]
+    draws: npt.NDArray[np.float64],
+    run: _Run,
+    acceptance: npt.NDArray[np.float64],
+    summaries: Sequence[ParameterSummary],
 ) -> Diagnostics:
     n = draws.shape[1]
     parameters = [
@@ -273,7 +267,7 @@ def _local_diagnostics(
             ess_tail=p["ess_tail"],
             r_hat=p["r_hat"],
         )
-        for p in (summarize(draws, run.names) if n else [])
+        for p in summaries
     ]
     chains = [
         ChainDiagnostics(
@@ -285,16 +279,3 @@ def _local_diagnostics(
         for c, a in enumerate(acceptance)
     ]
     return Diagnostics(draws=n, parameters=parameters, chains=chains, warnings=[])
-
-
-def _renamed(finding: Finding, names: list[str]) -> Finding:
-    """A finding of ``core.run.sample`` (which names parameters x0, x1, ...) in the
-    user's parameter names."""
-    if finding.parameter is None:
-        return finding
-    match = re.fullmatch(r"x(\d+)", finding.parameter)
-    if match is None or int(match.group(1)) >= len(names):
-        return finding
-    name = names[int(match.group(1))]
-    message = re.sub(rf"\b{re.escape(finding.parameter)}\b", lambda _: name, finding.message)
-    return Finding(finding.code, name, finding.chain, finding.value, finding.threshold, message)

@@ -111,6 +111,12 @@ class Settings(BaseSettings):
         description="Most memory, estimated as for max_session_bytes, that one key's "
         "sessions may need together: 429.",
     )
+    max_bytes_total: int = Field(
+        64 * 2**30,
+        ge=1,
+        description="Most memory, estimated as for max_session_bytes, that the sessions "
+        "of every key may need together (the store's whole budget): 429.",
+    )
     default_lease_seconds: float = Field(60.0, gt=0)
     max_lease_seconds: float = Field(24 * 3600.0, gt=0)
     max_wait_seconds: float = Field(

@@ -253,9 +253,11 @@ class SessionSummary(BaseModel):
     acceptance_rate: float | None
     chain_summaries: list[ChainSummary]
     stop: StopRuleOut | None = Field(description="The stopping rule, or null.")
-    stopped_by: Literal["rule", "max_iterations"] | None = Field(
-        description="Why the session is done: its stopping rule was met, or every chain "
-        "reached max_iterations; null while it is not done."
+    stopped_by: Literal["rule", "max_iterations", "quota"] | None = Field(
+        description="Why the session is done: its stopping rule was met, every chain "
+        "reached max_iterations, or (a session without max_iterations) the memory its "
+        "further draws need would pass a quota (max_bytes_per_key, max_bytes_total or "
+        "max_session_bytes); null while it is not done."
     )
     warnings: list[WarningOut] | None = Field(
         description="The warnings of the latest diagnostics (computed by GET .../diagnostics "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Header, Query
 from starlette.responses import Response
 
 from kameleon.service.deps import OwnerDep, SessionsDep
@@ -22,7 +22,21 @@ router = APIRouter(prefix="/sessions", tags=["sessions"])
     response_model=SessionSummary,
     responses=problems(400, 422, 429),
 )
-async def create_session(body: SessionCreate, sessions: SessionsDep, owner: OwnerDep) -> JSON:
+async def create_session(
+    body: SessionCreate,
+    sessions: SessionsDep,
+    owner: OwnerDep,
+    idempotency_key: Annotated[
+        str | None,
+        Header(
+            pattern=r"^[!-~]{1,128}$",
+            description="Makes the create safe to retry (1 to 128 printable ASCII "
+            "characters, no spaces): a create with a key this caller used before, while "
+            "the session it made lives, makes nothing and answers that session (201). "
+            "Use a new key per session, the same one for its retries.",
+        ),
+    ] = None,
+) -> JSON:
     """Create a session. Every chain's first proposal is its initial point: without
     ``initial``, a point drawn uniformly from (-2, 2) per coordinate, its own for each
     chain; with ``initial``, that point (or one drawn from ``initial ± initial_radius``).
@@ -30,7 +44,7 @@ async def create_session(body: SessionCreate, sessions: SessionsDep, owner: Owne
     (a new ``init`` proposal with a new id), up to ``max_initial_attempts`` points; a
     given one, or the last draw, leaves the chain ``needs_initial_point`` until a reset
     gives it a new one."""
-    summary = await sessions.create(body, owner)
+    summary = await sessions.create(body, owner, idempotency_key)
     return JSON(summary, status_code=201, headers={"Location": f"/v1/sessions/{summary['id']}"})
 
 
@@ -57,6 +71,7 @@ async def get_session(session_id: str, sessions: SessionsDep, owner: OwnerDep) -
 
 @router.delete("/{session_id}", name="delete_session", status_code=204, responses=problems(404))
 async def delete_session(session_id: str, sessions: SessionsDep, owner: OwnerDep) -> Response:
-    """Delete the session and its draws."""
+    """Delete the session and its draws. Safe to retry: deleting a session this caller
+    deleted before answers 204 again (for as long as the session would have lived)."""
     await sessions.delete(session_id, owner)
     return Response(status_code=204)

@@ -71,8 +71,10 @@ class SessionService:
 
     # ------------------------------------------------------------------ sessions
 
-    async def create(self, body: SessionCreate, owner: str) -> dict[str, Any]:
-        created = await self.catalog.create(body, owner)
+    async def create(
+        self, body: SessionCreate, owner: str, token: str | None = None
+    ) -> dict[str, Any]:
+        created = await self.catalog.create(body, owner, token)
         if self.observe is not None:
             self.observe.count_session()
         return created

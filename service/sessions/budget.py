@@ -17,9 +17,20 @@ from __future__ import annotations
 
 from typing import Any
 
+from kameleon.service.config import Settings
 from kameleon.service.sessions.rows import RowLayout
+from kameleon.service.store.base import Quota
 
-__all__ = ["COPIES", "chain_bytes", "describe", "session_bytes"]
+__all__ = [
+    "COPIES",
+    "GROW_BYTES",
+    "chain_bytes",
+    "describe",
+    "grant_step",
+    "iteration_bytes",
+    "quota_of",
+    "session_bytes",
+]
 
 #: Copies of a chain's arrays alive at once: decoded, encoded (4/3 of base64 plus JSON),
 #: and a step's temporaries.
@@ -68,6 +79,31 @@ def session_bytes(
     """Every chain's state, and every draw row if the session has ``max_iterations``."""
     draws = RowLayout.nbytes(dim) * max_iterations if max_iterations is not None else 0
     return chains * (chain_bytes(algorithm, dim, params) + draws)
+
+
+#: What an open-ended session (no ``max_iterations``) reserves for its draws at a time:
+#: its first reservation pays for this much (or 100 iterations per chain, if more),
+#: and each time its chains near the end of what is paid for, it reserves as much again.
+GROW_BYTES = 4 * 2**20
+
+
+def iteration_bytes(dim: int, chains: int) -> int:
+    """The draw rows one iteration of every chain appends."""
+    return chains * RowLayout.nbytes(dim)
+
+
+def grant_step(dim: int, chains: int) -> int:
+    """Iterations per chain that an open-ended session reserves at a time."""
+    return max(100, GROW_BYTES // iteration_bytes(dim, chains))
+
+
+def quota_of(settings: Settings) -> Quota:
+    """The limits every reservation keeps (PROTOCOL.md, 429)."""
+    return Quota(
+        sessions=settings.max_sessions_per_key,
+        bytes=settings.max_bytes_per_key,
+        total_bytes=settings.max_bytes_total,
+    )
 
 
 def describe(n: int) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import time
 from collections.abc import Sequence
@@ -11,17 +12,60 @@ from typing import TYPE_CHECKING, Any
 from kameleon.core.serialization import encode
 from kameleon.service.config import Settings
 from kameleon.service.jsonio import dumps, loads
-from kameleon.service.sessions.budget import describe
+from kameleon.service.sessions.budget import describe, grant_step, quota_of, session_bytes
 from kameleon.service.sessions.chains import LRU, Chains, ChainView
-from kameleon.service.sessions.errors import Invalid, NotFound, Quota
+from kameleon.service.sessions.errors import Invalid, NotFound
+from kameleon.service.sessions.errors import Quota as Quota_
 from kameleon.service.sessions.meta import SessionMeta, new_meta, stop_doc
 from kameleon.service.sessions.stepping import iso
-from kameleon.service.store.base import ChainRecord, SessionNotes, SessionNotFound, Store
+from kameleon.service.store.base import (
+    ChainRecord,
+    QuotaExceeded,
+    SessionNotes,
+    SessionNotFound,
+    Store,
+)
 
 if TYPE_CHECKING:
     from kameleon.service.schemas import SessionCreate
 
-__all__ = ["Catalog", "render_summary"]
+__all__ = ["Catalog", "refusal", "render_summary"]
+
+
+def refusal(exc: QuotaExceeded, need: int) -> Quota_:
+    """The error that says which limit a reservation of ``need`` bytes would pass."""
+    if exc.limit == "sessions":
+        return Quota_(
+            f"this key has {exc.used} sessions, the most one key may keep "
+            "(max_sessions_per_key); delete some to make room",
+            sessions=exc.used,
+            limit=exc.maximum,
+        )
+    if exc.limit == "bytes":
+        return Quota_(
+            f"this key's sessions may need about {describe(exc.used)} of memory and this "
+            f"needs {describe(need)} more, over the {describe(exc.maximum)} one key may use "
+            "(max_bytes_per_key); delete some to make room",
+            bytes=exc.used + need,
+            limit=exc.maximum,
+        )
+    return Quota_(
+        f"the sessions of every key may need about {describe(exc.used)} of memory and this "
+        f"needs {describe(need)} more, over the {describe(exc.maximum)} this service keeps "
+        "for all of them (max_bytes_total); retry when sessions have ended",
+        bytes=exc.used + need,
+        limit=exc.maximum,
+    )
+
+
+def reservation(meta: SessionMeta) -> tuple[int, int]:
+    """The bytes a new session reserves and the iterations per chain they pay for: all
+    of them with ``max_iterations``, else the first of an open-ended session's steps."""
+    grant = meta.max_iterations
+    if grant is None:
+        grant = grant_step(meta.dim, meta.chains)
+    size = session_bytes(meta.algorithm, meta.dim, meta.chains, meta.params, grant)
+    return size, grant
 
 
 class Catalog:
@@ -34,9 +78,25 @@ class Catalog:
         self._meta: LRU = LRU(10_000)
         self._touched: dict[str, float] = {}
 
-    async def create(self, body: SessionCreate, owner: str) -> dict[str, Any]:
+    async def create(
+        self, body: SessionCreate, owner: str, token: str | None = None
+    ) -> dict[str, Any]:
+        """Reserve the new session's share of the quotas, then store it; with ``token``
+        (the request's idempotency key), a retry returns the session the first made."""
         meta = new_meta(body, owner, self.settings)
-        await self._check_quota(meta, owner)
+        size, grant = reservation(meta)
+        try:
+            reserved = await self.store.reserve(
+                meta.id, owner, size=size, grant=grant, quota=quota_of(self.settings), token=token
+            )
+        except QuotaExceeded as exc:
+            raise refusal(exc, size) from None
+        if reserved != meta.id:  # the token's earlier create
+            try:
+                return await self.summary(reserved, owner)
+            except (NotFound, SessionNotFound):
+                # It stopped before it stored its session: this one takes its place.
+                meta = dataclasses.replace(meta, id=reserved)
         records, colds = [], []
         for c in range(meta.chains):
             state = meta.sampler.init(meta.first_point(c), meta.params, seed=meta.seed, chain=c)
@@ -44,37 +104,17 @@ class Catalog:
             records.append(ChainRecord(c, 0, dumps(hot), 0, 0.0, True, None, 0, 0))
             colds.append(dumps(cold))
         warming = meta.chains if meta.warmup > 0 else 0
-        await self.store.create_session(meta.id, owner, meta.to_bytes(), records, colds, warming)
-        self._meta.put(meta.id, meta)
+        try:
+            await self.store.create_session(
+                meta.id, owner, meta.to_bytes(), records, colds, warming
+            )
+        except ValueError:
+            if token is None:
+                raise
+            self.forget(meta.id)  # a concurrent retry stored it first: that one stands
+        else:
+            self._meta.put(meta.id, meta)
         return await self.summary(meta.id, owner)
-
-    async def _check_quota(self, meta: SessionMeta, owner: str) -> None:
-        """Refuse a session that would take ``owner`` over its share (:class:`Quota`)."""
-        count, used, cursor = 0, 0, None
-        while True:
-            page = await self.store.list_sessions(owner, cursor, 1000)
-            for doc in page.sessions:
-                count += 1
-                used += SessionMeta.build(loads(doc)).estimated_bytes
-            cursor = page.next_cursor
-            if cursor is None:
-                break
-        s = self.settings
-        if count + 1 > s.max_sessions_per_key:
-            raise Quota(
-                f"this key has {count} sessions, the most one key may keep "
-                f"(max_sessions_per_key); delete some to make room",
-                sessions=count,
-                limit=s.max_sessions_per_key,
-            )
-        if used + meta.estimated_bytes > s.max_bytes_per_key:
-            raise Quota(
-                f"this key's sessions may need about {describe(used)} of memory and this "
-                f"one {describe(meta.estimated_bytes)}, over the {describe(s.max_bytes_per_key)} "
-                "one key may use (max_bytes_per_key); delete some to make room",
-                bytes=used + meta.estimated_bytes,
-                limit=s.max_bytes_per_key,
-            )
 
     async def meta(self, session_id: str, owner: str) -> SessionMeta:
         """The session's metadata; :class:`NotFound` unless it is ``owner``'s."""
@@ -122,10 +162,18 @@ class Catalog:
         return {"sessions": out, "next": page.next_cursor}
 
     async def delete(self, session_id: str, owner: str) -> None:
-        await self.meta(session_id, owner)
-        with contextlib.suppress(SessionNotFound):  # deleted meanwhile
-            await self.store.delete_session(session_id)
-        self.forget(session_id)
+        """Delete ``owner``'s session; a retried delete succeeds again (the store keeps
+        who deleted what for as long as a session would have lived)."""
+        try:
+            await self.meta(session_id, owner)
+        except NotFound:
+            with contextlib.suppress(SessionNotFound):
+                await self.store.get_meta(session_id)
+                raise  # another owner's
+        try:
+            await self.store.delete_session(session_id, owner)
+        finally:
+            self.forget(session_id)
 
 
 def render_summary(

@@ -19,13 +19,14 @@ from typing import Any, Protocol
 from kameleon.core.base import reset
 from kameleon.service.config import Settings
 from kameleon.service.ids import format_id, parse_id
-from kameleon.service.sessions.chains import Chains, ChainView, encode_state
+from kameleon.service.sessions.budget import grant_step, iteration_bytes, quota_of, session_bytes
+from kameleon.service.sessions.chains import LRU, Chains, ChainView, encode_state
 from kameleon.service.sessions.decide import ChainPlan, Told, plan_chain, steady, step_steady
 from kameleon.service.sessions.diagnostics import Diagnostics, crossed
 from kameleon.service.sessions.draws import told as told_value
 from kameleon.service.sessions.errors import Busy, Conflict, Invalid, NotFound
 from kameleon.service.sessions.meta import SessionMeta
-from kameleon.service.store.base import ApplyResult, ChainUpdate, Counts, Store
+from kameleon.service.store.base import ApplyResult, ChainUpdate, Counts, QuotaExceeded, Store
 
 __all__ = ["Result", "Stepper", "session_status"]
 
@@ -79,6 +80,7 @@ class Stepper:
         self.settings = settings
         self.chains = chains
         self.diagnostics = diagnostics
+        self._grants = LRU(10_000)  # open-ended sessions: iterations paid for
 
     def lease(self, lease_seconds: float | None) -> float:
         lease = lease_seconds if lease_seconds is not None else self.settings.default_lease_seconds
@@ -133,6 +135,10 @@ class Stepper:
             ch = plan.after if plan and plan.after else await self.chains.decode(meta, record)
             proposals.append(self._proposal(meta, ch, record.lease_until))
         stopped = result.stopped_by is not None
+        if meta.max_iterations is None and not stopped:
+            top = max((p.after.state.iteration for p in _written(plans)), default=0)
+            if not await self._paid_for(meta, top):
+                stopped, proposals = True, []
         multiple = max((crossed(meta, p.after.state.iteration) for p in _written(plans)), default=0)
         if multiple and not stopped and await self.diagnostics.check_rule(meta, multiple):
             # Met: the proposals leased by this very call are not handed out; nobody
@@ -143,6 +149,27 @@ class Stepper:
             expiry = result.next_expiry
             status["next_lease_expires_at"] = iso(expiry) if expiry is not None else None
         return answered, proposals, status
+
+    async def _paid_for(self, meta: SessionMeta, iteration: int) -> bool:
+        """Whether an open-ended session's reservation pays for its chains' draws up to
+        ``iteration`` and a quarter of a step beyond, reserving a further step when it
+        does not; when the quotas refuse, the session is stopped (``"quota"``)."""
+        step = grant_step(meta.dim, meta.chains)
+        need = iteration + step // 4
+        if need <= int(self._grants.get(meta.id, 0)):
+            return True
+        target = (need // step + 1) * step
+        per_iteration = iteration_bytes(meta.dim, meta.chains)
+        whole = session_bytes(meta.algorithm, meta.dim, meta.chains, meta.params, target)
+        try:
+            if whole > self.settings.max_session_bytes:
+                raise QuotaExceeded("session_bytes", whole, self.settings.max_session_bytes)
+            granted = await self.store.grow(meta.id, target, per_iteration, quota_of(self.settings))
+        except QuotaExceeded:
+            await self.store.stop(meta.id, "quota")
+            return False
+        self._grants.put(meta.id, granted)
+        return True
 
     async def _write(
         self,

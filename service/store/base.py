@@ -18,6 +18,13 @@ Contract (every implementation passes ``tests/service/test_store_contract.py``):
   slices without loading a whole chain.
 - **Stopping**: once :meth:`Store.stop` has returned, no :meth:`Store.apply` leases a
   proposal of that session any more (updates are still applied).
+- **Quotas are reserved, not checked then spent.** :meth:`Store.create_session` and
+  :meth:`Store.grow` test a :class:`Quota` and reserve the bytes in one atomic step, so
+  concurrent creates (from any number of service processes) never pass a limit together;
+  a session's reservation is given back when it is deleted or expires.
+- **Writes are safe to retry.** A create retried with its ``token`` returns the session
+  the first made (and completes it if the first stopped half way); a delete retried by
+  the session's owner succeeds again (:meth:`Store.delete_session`).
 """
 
 from __future__ import annotations
@@ -32,6 +39,8 @@ __all__ = [
     "ChainRecord",
     "ChainUpdate",
     "Counts",
+    "Quota",
+    "QuotaExceeded",
     "SessionNotFound",
     "SessionNotes",
     "SessionPage",
@@ -46,6 +55,28 @@ class SessionNotFound(KeyError):
 
 class StoreUnavailable(RuntimeError):
     """The backend could not be reached; the call changed nothing."""
+
+
+@dataclass(frozen=True, slots=True)
+class Quota:
+    """The limits a reservation must keep: sessions and bytes of one owner, and bytes of
+    every owner together (the store's whole budget)."""
+
+    sessions: int
+    bytes: int
+    total_bytes: int
+
+
+class QuotaExceeded(Exception):
+    """A reservation would pass a limit of its :class:`Quota`; nothing was reserved.
+
+    ``limit`` names the limit (``"sessions"``, ``"bytes"`` or ``"total_bytes"``),
+    ``used`` is what is reserved already under it and ``maximum`` its value.
+    """
+
+    def __init__(self, limit: str, used: int, maximum: int) -> None:
+        super().__init__(f"{limit}: {used} used of {maximum}")
+        self.limit, self.used, self.maximum = limit, used, maximum
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +225,33 @@ class Store(abc.ABC):
         """Release connections; the store is not used afterwards."""
 
     @abc.abstractmethod
+    async def reserve(
+        self,
+        session_id: str,
+        owner: str,
+        *,
+        size: int,
+        grant: int,
+        quota: Quota | None = None,
+        token: str | None = None,
+    ) -> str:
+        """Reserve ``size`` bytes and one session of ``owner``'s share, within ``quota``
+        (none: no limit), for the session ``session_id`` that :meth:`create_session`
+        then stores; it is listed for ``owner`` from now on, after the sessions reserved
+        before it. ``grant`` is the number of iterations per chain that ``size`` pays
+        for (see :meth:`grow`). Returns ``session_id``.
+
+        ``token`` (an owner's idempotency key) makes a create safe to retry: while the
+        session reserved with it lives, a later call of the same owner with the same
+        token reserves nothing and returns that session's id (which the caller stores,
+        under that id, if the first create stopped before it had).
+
+        Raises :class:`QuotaExceeded` when the reservation would pass a limit, and
+        :class:`ValueError` if ``session_id`` is reserved already; then nothing changed.
+        A reservation whose session is never stored is given back when it expires.
+        """
+
+    @abc.abstractmethod
     async def create_session(
         self,
         session_id: str,
@@ -205,10 +263,20 @@ class Store(abc.ABC):
     ) -> None:
         """Store a new session, at once: its metadata document, its chains (records
         numbered 0 to n - 1, in order, with no lease, no draws, no inits), each chain's
-        cold part (``colds[k]`` for chain k), and how many chains start in warm-up. It is
-        listed for ``owner``, after the sessions created before it.
+        cold part (``colds[k]`` for chain k), and how many chains start in warm-up.
 
-        Raises :class:`ValueError` if ``session_id`` exists (and changes nothing).
+        Raises :class:`ValueError` if ``session_id`` is stored already (and changes
+        nothing).
+        """
+
+    @abc.abstractmethod
+    async def grow(self, session_id: str, grant: int, size: int, quota: Quota) -> int:
+        """Raise the session's grant to ``grant`` iterations per chain, reserving
+        ``size`` bytes for each iteration added, within ``quota``; the grant that stands
+        (a grant at or above ``grant`` already is kept and nothing reserved). Atomic.
+
+        Raises :class:`QuotaExceeded` (nothing reserved) when the reservation would pass
+        a limit.
         """
 
     @abc.abstractmethod
@@ -225,8 +293,12 @@ class Store(abc.ABC):
         """
 
     @abc.abstractmethod
-    async def delete_session(self, session_id: str) -> None:
-        """Remove the session, its chains and its draws, at once."""
+    async def delete_session(self, session_id: str, owner: str) -> bool:
+        """Remove ``owner``'s session, its chains and its draws, and give its
+        reservation back; ``True``. A session ``owner`` deleted before (within the
+        store's idle expiry) is still deleted: ``False``. Any other id raises
+        :class:`SessionNotFound`. Safe to retry: a call that failed half way is
+        completed by the next."""
 
     @abc.abstractmethod
     async def load_chains(self, session_id: str, chains: Iterable[int]) -> list[ChainRecord]:

@@ -19,6 +19,8 @@ from kameleon.service.store.base import (
     ChainRecord,
     ChainUpdate,
     Counts,
+    Quota,
+    QuotaExceeded,
     SessionNotes,
     SessionNotFound,
     SessionPage,
@@ -32,7 +34,6 @@ __all__ = ["MemoryStore"]
 class _Session:
     owner: str
     meta: bytes
-    created: int
     chains: list[ChainRecord]
     cold: list[bytes]
     warming: int
@@ -45,6 +46,20 @@ class _Session:
     warnings: bytes | None = None
     # request id -> (when it is forgotten, the chains it leased and their expiries)
     requests: dict[str, tuple[float, list[tuple[int, float]]]] = field(default_factory=dict)
+
+
+@dataclass
+class _Reservation:
+    """What a session holds of its owner's share (:meth:`Store.reserve`)."""
+
+    owner: str
+    size: int  # bytes
+    grant: int  # iterations per chain that ``size`` pays for
+    order: int  # the listing's order
+
+
+#: Deleted sessions remembered, so that a retried delete succeeds (oldest forgotten first).
+TOMBSTONES = 100_000
 
 
 def _cursor(cursor: str | None) -> int:
@@ -62,6 +77,25 @@ class MemoryStore(Store):
         self._lock = threading.Lock()
         self._sessions: dict[str, _Session] = {}
         self._counter = 0
+        self._tokens: dict[tuple[str, str], str] = {}  # (owner, token) -> session id
+        self._reserved: dict[str, _Reservation] = {}
+        self._deleted: dict[str, str] = {}  # session id -> owner, of deleted sessions
+        self._usage: dict[str, list[int]] = {}  # owner -> [sessions, bytes]
+        self._total = 0  # bytes reserved by every owner
+
+    def _take(self, owner: str, sessions: int, size: int, quota: Quota | None) -> None:
+        """Take ``sessions`` and ``size`` bytes from ``owner``'s share (under the lock)."""
+        used = self._usage.setdefault(owner, [0, 0])
+        if quota is not None:
+            if sessions and used[0] + sessions > quota.sessions:
+                raise QuotaExceeded("sessions", used[0], quota.sessions)
+            if used[1] + size > quota.bytes:
+                raise QuotaExceeded("bytes", used[1], quota.bytes)
+            if self._total + size > quota.total_bytes:
+                raise QuotaExceeded("total_bytes", self._total, quota.total_bytes)
+        used[0] += sessions
+        used[1] += size
+        self._total += size
 
     async def ping(self) -> bool:
         return True
@@ -75,6 +109,30 @@ class MemoryStore(Store):
         except KeyError:
             raise SessionNotFound(session_id) from None
 
+    async def reserve(
+        self,
+        session_id: str,
+        owner: str,
+        *,
+        size: int,
+        grant: int,
+        quota: Quota | None = None,
+        token: str | None = None,
+    ) -> str:
+        with self._lock:
+            if token is not None:
+                earlier = self._tokens.get((owner, token))
+                if earlier is not None and earlier in self._reserved:
+                    return earlier
+            if session_id in self._reserved:
+                raise ValueError(f"session {session_id} is reserved")
+            self._take(owner, 1, size, quota)
+            self._counter += 1
+            self._reserved[session_id] = _Reservation(owner, size, grant, self._counter)
+            if token is not None:
+                self._tokens[(owner, token)] = session_id
+            return session_id
+
     async def create_session(
         self,
         session_id: str,
@@ -87,16 +145,28 @@ class MemoryStore(Store):
         with self._lock:
             if session_id in self._sessions:
                 raise ValueError(f"session {session_id} exists")
-            self._counter += 1
+            if session_id not in self._reserved:
+                raise ValueError(f"session {session_id} was not reserved")
             self._sessions[session_id] = _Session(
                 owner=owner,
                 meta=meta,
-                created=self._counter,
                 chains=list(chains),
                 cold=list(colds),
                 warming=warming,
                 draws=[bytearray() for _ in chains],
             )
+
+    async def grow(self, session_id: str, grant: int, size: int, quota: Quota) -> int:
+        with self._lock:
+            self._get(session_id)
+            held = self._reserved[session_id]
+            if held.grant >= grant:
+                return held.grant
+            extra = (grant - held.grant) * size
+            self._take(held.owner, 0, extra, quota)
+            held.size += extra
+            held.grant = grant
+            return grant
 
     async def get_meta(self, session_id: str) -> bytes:
         with self._lock:
@@ -105,16 +175,34 @@ class MemoryStore(Store):
     async def list_sessions(self, owner: str, cursor: str | None, limit: int) -> SessionPage:
         after = _cursor(cursor)
         with self._lock:
-            mine = sorted((s.created, s.meta) for s in self._sessions.values() if s.owner == owner)
+            mine = sorted(
+                (self._reserved[i].order, s.meta)
+                for i, s in self._sessions.items()
+                if s.owner == owner
+            )
         page = [item for item in mine if item[0] > after][: limit + 1]
         more = len(page) > limit
         page = page[:limit]
         return SessionPage([m for _, m in page], str(page[-1][0]) if more else None)
 
-    async def delete_session(self, session_id: str) -> None:
+    async def delete_session(self, session_id: str, owner: str) -> bool:
         with self._lock:
-            self._get(session_id)
+            session = self._sessions.get(session_id)
+            if session is None or session.owner != owner:
+                if session is None and self._deleted.get(session_id) == owner:
+                    return False
+                raise SessionNotFound(session_id)
             del self._sessions[session_id]
+            held = self._reserved.pop(session_id)
+            used = self._usage[owner]
+            used[0] -= 1
+            used[1] -= held.size
+            self._total -= held.size
+            self._deleted[session_id] = owner
+            if len(self._deleted) > TOMBSTONES:
+                del self._deleted[next(iter(self._deleted))]
+            self._tokens = {k: v for k, v in self._tokens.items() if v != session_id}
+            return True
 
     async def load_chains(self, session_id: str, chains: Iterable[int]) -> list[ChainRecord]:
         with self._lock:

@@ -17,7 +17,8 @@ hash tag, so a session lives in one slot and one script may touch all its keys):
                      (``diag``), their warnings (``warn``) and the total draws they were
                      computed on (``diag_draws``); the number of chains (``chains``) and
                      the owner (``owner``), so that the metadata stays opaque
-``P:owner:<o>``      sorted set of owner o's session ids by creation time (the listing)
+The listing of each owner's sessions, the quotas, idempotency keys and tombstones live in
+an index of their own, under one other hash tag (:mod:`.redis_index`).
 
 Every tell, step and ask is one call of one registered Lua script (``apply.lua``): it
 checks every updated chain's version, then (all matching) writes the states, appends the
@@ -44,6 +45,8 @@ from kameleon.service.store.base import ChainRecord, ChainUpdate, StoreUnavailab
 __all__ = [
     "APPLY_SCRIPT",
     "CLUSTER_SCHEMES",
+    "CREATE_SCRIPT",
+    "DELETE_SCRIPT",
     "FIELDS",
     "SAVE_DIAGNOSTICS_SCRIPT",
     "STOP_SCRIPT",
@@ -75,6 +78,46 @@ APPLY_SCRIPT = (
     .replace("--[[FIELDS]]", ", ".join(f"'{f}'" for f in FIELDS))
     .replace("--[[UPDATE_HEADER]]", UPDATE_HEADER)
 )
+# KEYS: meta, leases, counts, then per chain k its record, cold part and draws. ARGV: the
+# deadline ("" = none), seconds to live, the metadata, chains in warm-up, the number of
+# chains n, the owner, then per chain its version, state, cold version, active (1/0) and
+# cold part. Returns 1 stored; 0 stored already (nothing changed); -2 past the deadline.
+CREATE_SCRIPT = """
+local t = redis.call('TIME')
+if ARGV[1] ~= '' and tonumber(t[1]) + tonumber(t[2]) / 1e6 > tonumber(ARGV[1]) then
+  return -2
+end
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+local ttl = ARGV[2]
+redis.call('SET', KEYS[1], ARGV[3], 'EX', ttl)
+local n = tonumber(ARGV[5])
+for k = 0, n - 1 do
+  local a = 7 + 5 * k
+  redis.call('HSET', KEYS[4 + 3 * k], 'v', ARGV[a], 's', ARGV[a + 1], 'cv', ARGV[a + 2],
+    'a', ARGV[a + 3], 'n', 0, 'e', 0)
+  redis.call('EXPIRE', KEYS[4 + 3 * k], ttl)
+  redis.call('SET', KEYS[5 + 3 * k], ARGV[a + 4], 'EX', ttl)
+  redis.call('SET', KEYS[6 + 3 * k], '', 'EX', ttl)
+  if ARGV[a + 3] == '1' then redis.call('ZADD', KEYS[2], 0, k) end
+end
+redis.call('EXPIRE', KEYS[2], ttl)
+redis.call('HSET', KEYS[3], 'warming', ARGV[4], 'finished', 0, 'waiting', 0, 'chains', n,
+  'owner', ARGV[6])
+redis.call('EXPIRE', KEYS[3], ttl)
+return 1
+"""
+# KEYS: every key of the session. ARGV: the deadline ("" = none). Returns 1, or -2 past
+# the deadline (nothing changed).
+DELETE_SCRIPT = """
+local t = redis.call('TIME')
+if ARGV[1] ~= '' and tonumber(t[1]) + tonumber(t[2]) / 1e6 > tonumber(ARGV[1]) then
+  return -2
+end
+for i = 1, #KEYS, 1000 do
+  redis.call('UNLINK', unpack(KEYS, i, math.min(i + 999, #KEYS)))
+end
+return 1
+"""
 # KEYS: meta, counts. ARGV: the reason. The reason that stands, or nil: no such session.
 STOP_SCRIPT = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return nil end

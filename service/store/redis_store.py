@@ -25,15 +25,27 @@ from kameleon.service.store.base import (
     ChainRecord,
     ChainUpdate,
     Counts,
+    Quota,
+    QuotaExceeded,
     SessionNotes,
     SessionNotFound,
     SessionPage,
     Store,
     StoreUnavailable,
 )
+from kameleon.service.store.redis_index import (
+    FORGET_SCRIPT,
+    GROW_SCRIPT,
+    RELEASE_SCRIPT,
+    RESERVE_SCRIPT,
+    TOUCH_SCRIPT,
+    IndexKeys,
+)
 from kameleon.service.store.redis_layout import (
     APPLY_SCRIPT,
     CLUSTER_SCHEMES,
+    CREATE_SCRIPT,
+    DELETE_SCRIPT,
     FIELDS,
     SAVE_DIAGNOSTICS_SCRIPT,
     STOP_SCRIPT,
@@ -68,6 +80,14 @@ class RedisStore(Store):
         self._apply = client.register_script(APPLY_SCRIPT)
         self._stop = client.register_script(STOP_SCRIPT)
         self._save_diagnostics = client.register_script(SAVE_DIAGNOSTICS_SCRIPT)
+        self._create = client.register_script(CREATE_SCRIPT)
+        self._delete = client.register_script(DELETE_SCRIPT)
+        self._reserve = client.register_script(RESERVE_SCRIPT)
+        self._grow = client.register_script(GROW_SCRIPT)
+        self._release = client.register_script(RELEASE_SCRIPT)
+        self._touch_index = client.register_script(TOUCH_SCRIPT)
+        self._forget = client.register_script(FORGET_SCRIPT)
+        self.index = IndexKeys(prefix)
 
     @classmethod
     def from_url(
@@ -119,6 +139,42 @@ class RedisStore(Store):
         await self.client.aclose()
 
     @unavailable
+    async def reserve(
+        self,
+        session_id: str,
+        owner: str,
+        *,
+        size: int,
+        grant: int,
+        quota: Quota | None = None,
+        token: str | None = None,
+    ) -> str:
+        ix = self.index
+        keys = [ix.usage, ix.sessions, ix.expiry, ix.owner(owner)]
+        keys.append(ix.token(owner, token) if token is not None else ix.owner(owner))
+        limits = (
+            ("", "", "")
+            if quota is None
+            else (str(quota.sessions), str(quota.bytes), str(quota.total_bytes))
+        )
+        args: list[str | int] = [session_id, owner, str(int(size)), str(int(grant))]
+        args.append(self.ttl_seconds)
+        args += [*limits, await self._deadline(), "1" if token is not None else "0"]
+        reply = await self._reserve(keys=keys, args=args)
+        status = int(reply[0])
+        if status == -2:
+            raise StoreUnavailable("Redis ran the reservation after its deadline; nothing changed")
+        if status == 1:
+            return cast(bytes, reply[1]).decode()
+        if status == 2:
+            raise ValueError(f"session {session_id} is reserved")
+        if status == 3:
+            limit = cast(bytes, reply[1]).decode()
+            maximum = {"sessions": limits[0], "bytes": limits[1], "total_bytes": limits[2]}
+            raise QuotaExceeded(limit, int(reply[2]), int(maximum[limit]))
+        return session_id
+
+    @unavailable
     async def create_session(
         self,
         session_id: str,
@@ -129,29 +185,34 @@ class RedisStore(Store):
         warming: int,
     ) -> None:
         keys = self._keys(session_id)
-        ttl = self.ttl_seconds
-        async with self.client.pipeline(transaction=True) as pipe:
-            pipe.set(keys.meta, meta, ex=ttl, nx=True)
-            for record, cold in zip(chains, colds, strict=True):
-                key, cold_key, draws_key = keys.chain(record.chain)
-                values: tuple[Any, ...] = (record.version, record.state, record.cold_version)
-                values += ("1" if record.active else "0", None, 0, 0)
-                mapping: dict[Any, Any] = {
-                    f: v for f, v in zip(FIELDS, values, strict=True) if v is not None
-                }
-                pipe.hset(key, mapping=mapping)
-                pipe.expire(key, ttl)
-                pipe.set(cold_key, cold, ex=ttl)
-                pipe.set(draws_key, b"", ex=ttl)
-            pipe.zadd(keys.leases, {str(r.chain): 0 for r in chains if r.active})
-            pipe.expire(keys.leases, ttl)
-            counts: dict[Any, Any] = {"warming": warming, "finished": 0, "waiting": 0}
-            pipe.hset(keys.counts, mapping={**counts, "chains": len(chains), "owner": owner})
-            pipe.expire(keys.counts, ttl)
-            results = await pipe.execute()
-        if not results[0]:
+        script_keys = [keys.meta, keys.leases, keys.counts]
+        args: list[Any] = [await self._deadline(), self.ttl_seconds, meta, warming]
+        args += [len(chains), owner]
+        for rec, cold in zip(chains, colds, strict=True):
+            script_keys += keys.chain(rec.chain)
+            args += [rec.version, rec.state, rec.cold_version, "1" if rec.active else "0", cold]
+        status = int(await self._create(keys=script_keys, args=args))
+        if status == -2:
+            raise StoreUnavailable("Redis ran the create after its deadline; nothing changed")
+        if status == 0:
             raise ValueError(f"session {session_id} exists")
-        await self.client.zadd(self._owner_key(owner), {session_id: await self._clock()})
+
+    @unavailable
+    async def grow(self, session_id: str, grant: int, size: int, quota: Quota) -> int:
+        keys = [self.index.usage, self.index.sessions]
+        args = [session_id, str(int(grant)), str(int(size)), str(quota.bytes)]
+        args += [str(quota.total_bytes), await self._deadline()]
+        reply = await self._grow(keys=keys, args=args)
+        status = int(reply[0])
+        if status == -2:
+            raise StoreUnavailable("Redis ran the reservation after its deadline; nothing changed")
+        if status == -1:
+            raise SessionNotFound(session_id)
+        if status == 3:
+            limit = cast(bytes, reply[1]).decode()
+            maximum = quota.bytes if limit == "bytes" else quota.total_bytes
+            raise QuotaExceeded(limit, int(reply[2]), maximum)
+        return int(reply[1])
 
     async def _clock(self) -> float:
         seconds, micros = await self.client.time()
@@ -169,23 +230,39 @@ class RedisStore(Store):
         if cursor and (not cursor.isdigit() or len(cursor) > 18):
             raise ValueError("cursor is not one this store gave out")
         offset = int(cursor) if cursor else 0
-        key = self._owner_key(owner)
-        ids = cast(list[bytes], await self.client.zrange(key, offset, offset + limit))
+        listing = self.index.owner(owner)
+        if offset == 0:
+            await self._adopt_listing(owner, listing)
+        ids = cast(list[bytes], await self.client.zrange(listing, offset, offset + limit))
         more = len(ids) > limit
         ids = ids[:limit]
-        meta_keys = [self._keys(i.decode()).meta for i in ids]
         # One GET per session rather than MGET: the sessions of a listing live on
         # different nodes of a cluster.
         async with self.client.pipeline(transaction=False) as pipe:
-            for key in meta_keys:
-                pipe.get(key)
+            for meta_key in (self._keys(i.decode()).meta for i in ids):
+                pipe.get(meta_key)
             metas = cast(list[bytes | None], await pipe.execute() if ids else [])
+        # Sessions that expired or whose create stopped half way (their reservations
+        # lapse by themselves: redis_index) leave the listing; creates under way stay.
         gone = [i for i, m in zip(ids, metas, strict=True) if m is None]
+        dropped = 0
         if gone:
-            await self.client.zrem(key, *gone)
+            dropped = int(await self._forget(keys=[listing, self.index.sessions], args=gone))
         alive = [m for m in metas if m is not None]
-        next_cursor = str(offset + limit - len(gone)) if more else None
+        next_cursor = str(offset + limit - dropped) if more else None
         return SessionPage(alive, next_cursor)
+
+    async def _adopt_listing(self, owner: str, listing: str) -> None:
+        """Move a listing kept by an earlier version (``P:owner:<o>``, without the
+        index's hash tag) into the index. Its sessions are listed again; they hold no
+        reservation, so they count against no quota until they expire."""
+        legacy = self._owner_key(owner)
+        entries = cast(
+            list[tuple[bytes, float]], await self.client.zrange(legacy, 0, -1, withscores=True)
+        )
+        if entries:
+            await self.client.zadd(listing, dict(entries), nx=True)
+            await self.client.delete(legacy)
 
     async def _session(self, keys: Keys) -> tuple[int, str | None]:
         """The session's number of chains and owner (``None``: not kept, in a session
@@ -204,16 +281,30 @@ class RedisStore(Store):
         return count, None
 
     @unavailable
-    async def delete_session(self, session_id: str) -> None:
-        keys = self._keys(session_id)
-        chains, owner = await self._session(keys)
-        every = keys.every(chains)
-        async with self.client.pipeline(transaction=True) as pipe:
-            for start in range(0, len(every), 1000):
-                pipe.execute_command("UNLINK", *every[start : start + 1000])
-            await pipe.execute()
-        if owner is not None:  # else the listing drops it when it meets it
+    async def delete_session(self, session_id: str, owner: str) -> bool:
+        # The reservation first (with a tombstone), then the session's keys: a delete
+        # that stops in between is completed by its retry, which finds the tombstone.
+        ix = self.index
+        keys = [ix.usage, ix.sessions, ix.expiry, ix.owner(owner), ix.deleted(session_id)]
+        args: list[str | int] = [session_id, owner, self.ttl_seconds, await self._deadline()]
+        status = int((await self._release(keys=keys, args=args))[0])
+        if status == -2:
+            raise StoreUnavailable("Redis ran the delete after its deadline; nothing changed")
+        try:
+            chains, stored_owner = await self._session(self._keys(session_id))
+        except SessionNotFound:
+            if status == -1:
+                raise
+            return status == 1
+        if status == -1 and stored_owner is not None and stored_owner != owner:
+            raise SessionNotFound(session_id)  # another owner's (its reservation is kept)
+        every = self._keys(session_id).every(chains)
+        if int(await self._delete(keys=every, args=[await self._deadline()])) == -2:
+            raise StoreUnavailable("Redis ran the delete after its deadline; retry")
+        if status == -1:  # made before reservations were kept
             await self.client.zrem(self._owner_key(owner), session_id)
+            await self.client.zrem(ix.owner(owner), session_id)
+        return status != 0
 
     async def _load(self, keys: Keys, chains: Iterable[int]) -> list[ChainRecord]:
         chains = list(chains)
@@ -355,3 +446,4 @@ class RedisStore(Store):
             for key in keys.every(chains):
                 pipe.expire(key, self.ttl_seconds)
             await pipe.execute()
+        await self._touch_index(keys=[self.index.expiry], args=[session_id, self.ttl_seconds])

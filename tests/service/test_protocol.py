@@ -476,3 +476,30 @@ def test_liveness_never_asks_the_store_and_readiness_does(api: TestClient) -> No
     assert live.status_code == 200 and live.json()["store_ready"] is None
     ready = api.get("/v1/health/ready")
     assert ready.status_code == 200 and ready.json()["store_ready"] is True
+
+
+def test_a_create_with_an_idempotency_key_is_retry_safe(api: TestClient) -> None:
+    """ "A create with an `Idempotency-Key` header ... that the same key sent before, while
+    the session it made lives, makes nothing, takes no quota and answers that session
+    (201, the same `id` and `seed`)." """
+    body = {"algorithm": "rwm", "dim": 2}
+    headers = {"Idempotency-Key": f"conformance-{time.time_ns()}"}
+    first = api.post("/v1/sessions", json=body, headers=headers)
+    again = api.post("/v1/sessions", json=body, headers=headers)
+    try:
+        assert first.status_code == again.status_code == 201
+        assert (first.json()["id"], first.json()["seed"]) == (
+            again.json()["id"],
+            again.json()["seed"],
+        )
+    finally:
+        api.delete(f"/v1/sessions/{first.json()['id']}")
+
+
+def test_a_retried_delete_answers_204(api: TestClient, assert_problem: ProblemCheck) -> None:
+    """ "`DELETE /v1/sessions/{id}` | delete it and its draws (204; 204 again for a
+    retry)" """
+    sid = api.post("/v1/sessions", json={"dim": 2}).json()["id"]
+    assert api.delete(f"/v1/sessions/{sid}").status_code == 204
+    assert api.delete(f"/v1/sessions/{sid}").status_code == 204
+    assert_problem(api.get(f"/v1/sessions/{sid}"), 404)

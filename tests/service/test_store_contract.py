@@ -14,6 +14,8 @@ from kameleon.service.store.base import (
     ChainRecord,
     ChainUpdate,
     Counts,
+    Quota,
+    QuotaExceeded,
     SessionNotFound,
     Store,
     StoreUnavailable,
@@ -58,6 +60,7 @@ async def _create(store: Store, sid: str = "s1", chains: int = 3, owner: str = "
     meta = b'{"id": "%s", "owner": "%s", "chains": %d}' % (sid.encode(), owner.encode(), chains)
     records = [_record(c) for c in range(chains)]
     colds = [b'{"cold": %d}' % c for c in range(chains)]
+    assert await store.reserve(sid, owner, size=0, grant=0) == sid
     await store.create_session(sid, owner, meta, records, colds, warming=chains)
 
 
@@ -89,7 +92,7 @@ async def test_create_read_list_delete(store: Store) -> None:
         await store.get_meta("b"),
     }
     assert len((await store.list_sessions("o2", None, 10)).sessions) == 1
-    await store.delete_session("a")
+    assert await store.delete_session("a", "o1") is True
     for call in (store.get_meta("a"), store.load_chains("a", [0]), store.touch("a")):
         with pytest.raises(SessionNotFound):
             await call
@@ -102,7 +105,7 @@ async def test_unknown_session(store: Store) -> None:
     with pytest.raises(SessionNotFound):
         await store.apply("nope", [_update(0, 0)])
     with pytest.raises(SessionNotFound):
-        await store.delete_session("nope")
+        await store.delete_session("nope", "")
 
 
 async def test_create_twice_is_refused(store: Store) -> None:
@@ -435,7 +438,7 @@ async def test_redis_sessions_made_before_counts_kept_their_size(
         await _create(store, "old", chains=2, owner="o")
         client.hdel(f"{redis_prefix}:{{old}}:counts", "chains", "owner")
         await store.touch("old")
-        await store.delete_session("old")
+        await store.delete_session("old", "o")
         assert list(client.scan_iter(match=f"{redis_prefix}:{{old}}:*")) == []
         assert (await store.list_sessions("o", None, 10)).sessions == []
     finally:
@@ -467,3 +470,144 @@ async def test_a_leased_record_is_the_record_as_stored(store: Store) -> None:
     (again,) = result.leased
     assert (again.version, again.draws, again.cold_version) == (2, 2, 1)
     assert again == (await store.load_chains("s1", [0]))[0]
+
+
+# ---------------------------------------------------------------- quotas and retries
+
+QUOTA = Quota(sessions=10, bytes=1000, total_bytes=10_000)
+
+
+async def _reserve(store: Store, sid: str, owner: str = "o", size: int = 10, **kw: object) -> str:
+    return await store.reserve(sid, owner, size=size, grant=100, quota=QUOTA, **kw)  # type: ignore[arg-type]
+
+
+async def test_concurrent_reservations_never_pass_a_limit(store: Store) -> None:
+    """Thirty creates at once against a limit of ten sessions: exactly ten reserve, the
+    rest are refused naming the limit; then the bytes, and every owner's bytes."""
+    outcomes = await asyncio.gather(
+        *(_reserve(store, f"s{i}") for i in range(30)), return_exceptions=True
+    )
+    refused = [o for o in outcomes if isinstance(o, QuotaExceeded)]
+    assert sum(isinstance(o, str) for o in outcomes) == 10 and len(refused) == 20
+    assert {(e.limit, e.used, e.maximum) for e in refused} == {("sessions", 10, 10)}
+    big = await asyncio.gather(
+        *(_reserve(store, f"b{i}", owner="p", size=300) for i in range(6)), return_exceptions=True
+    )
+    assert sum(isinstance(o, str) for o in big) == 3  # 3 x 300 <= 1000 < 4 x 300
+    assert {o.limit for o in big if isinstance(o, QuotaExceeded)} == {"bytes"}
+    total = await asyncio.gather(
+        *(_reserve(store, f"t{i}", owner=f"q{i}", size=1000) for i in range(12)),
+        return_exceptions=True,
+    )
+    # 10 x 10 + 3 x 300 = 1 000 used: 9 of 1 000 more fit in 10 000 in all.
+    assert sum(isinstance(o, str) for o in total) == 9
+    assert {o.limit for o in total if isinstance(o, QuotaExceeded)} == {"total_bytes"}
+
+
+async def test_a_deleted_session_gives_its_reservation_back(store: Store) -> None:
+    for i in range(10):
+        await _create_reserved(store, f"s{i}")
+    with pytest.raises(QuotaExceeded):
+        await _reserve(store, "more")
+    assert await store.delete_session("s3", "o") is True
+    assert await _reserve(store, "more") == "more"
+
+
+async def _create_reserved(store: Store, sid: str, owner: str = "o", **kw: object) -> str:
+    got = await _reserve(store, sid, owner, **kw)
+    if got == sid:
+        meta = b'{"id": "%s"}' % sid.encode()
+        await store.create_session(sid, owner, meta, [_record(0)], [b"{}"], warming=1)
+    return got
+
+
+async def test_a_token_makes_a_create_safe_to_retry(store: Store) -> None:
+    assert await _create_reserved(store, "first", token="t1") == "first"
+    assert await _create_reserved(store, "retry", token="t1") == "first"  # nothing made
+    assert await _create_reserved(store, "other", owner="p", token="t1") == "other"
+    assert len((await store.list_sessions("o", None, 10)).sessions) == 1
+    # A first create that reserved but stopped before storing: its retry gets the id
+    # and stores the session under it.
+    assert await _reserve(store, "half", token="t2") == "half"
+    assert await _reserve(store, "again", token="t2") == "half"
+    await store.create_session("half", "o", b'{"id": "half"}', [_record(0)], [b"{}"], 1)
+    assert len((await store.list_sessions("o", None, 10)).sessions) == 2
+    with pytest.raises(ValueError):
+        await _reserve(store, "first")  # an id is reserved once
+
+
+async def test_a_delete_is_safe_to_retry(store: Store) -> None:
+    await _create_reserved(store, "a")
+    with pytest.raises(SessionNotFound):
+        await store.delete_session("a", "someone else")
+    assert await store.delete_session("a", "o") is True
+    assert await store.delete_session("a", "o") is False  # a retry: deleted before
+    with pytest.raises(SessionNotFound):
+        await store.delete_session("a", "someone else")
+    with pytest.raises(SessionNotFound):
+        await store.get_meta("a")
+
+
+async def test_grow_reserves_more_within_the_quota(store: Store) -> None:
+    await _create_reserved(store, "open", size=100)
+    assert await store.grow("open", 150, 4, QUOTA) == 150  # 200 more bytes
+    assert await store.grow("open", 120, 4, QUOTA) == 150  # granted already: kept
+    with pytest.raises(QuotaExceeded) as refused:
+        await store.grow("open", 400, 4, QUOTA)  # 1 000 more: over 1 000 in all
+    assert refused.value.limit == "bytes" and refused.value.used == 300
+    assert await store.grow("open", 300, 4, QUOTA) == 300  # 900 in all
+    with pytest.raises(QuotaExceeded):
+        await _reserve(store, "next", size=101)
+    assert await store.delete_session("open", "o") is True
+    assert await _reserve(store, "next", size=1000) == "next"
+
+
+async def test_concurrent_creates_deletes_and_listings_keep_the_books(store: Store) -> None:
+    """Creating, deleting and listing at once, many times: no call fails, the listing
+    holds exactly the sessions left, and the quota counts exactly them."""
+
+    async def churn(k: int) -> None:
+        for i in range(8):
+            sid = f"c{k}-{i}"
+            await _create_reserved(store, sid)
+            listed = (await store.list_sessions("o", None, 100)).sessions
+            assert b'{"id": "%s"}' % sid.encode() in listed
+            if i % 2 == 0:
+                assert await store.delete_session(sid, "o") is True
+
+    await asyncio.gather(*(churn(k) for k in range(2)), store.list_sessions("o", None, 5))
+    left = (await store.list_sessions("o", None, 100)).sessions
+    assert len(left) == 8
+    assert await _reserve(store, "one more") == "one more"  # 9 of 10 sessions
+    assert await _reserve(store, "two more") == "two more"
+    with pytest.raises(QuotaExceeded):
+        await _reserve(store, "too many")
+
+
+@pytest.mark.parametrize("kind", ["redis", "cluster"])
+async def test_redis_expired_sessions_leave_the_listing_and_the_quota(
+    request: pytest.FixtureRequest, kind: str
+) -> None:
+    """A session whose keys expired is dropped from its owner's listing (the listing
+    never fails on it) and gives its reservation back, so its owner can create again."""
+    if kind == "cluster":
+        url = request.getfixturevalue("redis_cluster").url
+        prefix = f"contract-{uuid.uuid4().hex[:12]}"
+    else:
+        url, prefix = request.getfixturevalue("redis_url"), request.getfixturevalue("redis_prefix")
+    store = RedisStore.from_url(url, prefix=prefix, ttl_seconds=1)
+    quota = Quota(sessions=2, bytes=1000, total_bytes=1000)
+    try:
+        for sid in ("e1", "e2"):
+            await store.reserve(sid, "o", size=10, grant=1, quota=quota)
+            await store.create_session(sid, "o", b"{}", [_record(0)], [b"{}"], 1)
+        with pytest.raises(QuotaExceeded):
+            await store.reserve("e3", "o", size=10, grant=1, quota=quota)
+        await asyncio.sleep(2.2)
+        assert (await store.list_sessions("o", None, 10)).sessions == []
+        await store.reserve("e3", "o", size=10, grant=1, quota=quota)
+        await store.create_session("e3", "o", b"{}", [_record(0)], [b"{}"], 1)
+        assert len((await store.list_sessions("o", None, 10)).sessions) == 1
+        await store.reserve("e4", "o", size=10, grant=1, quota=quota)  # e1, e2 gave back
+    finally:
+        await store.close()

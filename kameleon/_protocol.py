@@ -7,6 +7,7 @@ import io
 import logging
 import math
 import os
+import secrets
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -64,6 +65,14 @@ class _Call:
     params: Mapping[str, Any] | None = None
     idempotent: bool = True
     wait: float = 0.0  # the server may hold the request this long (a long poll)
+    headers: Mapping[str, str] | None = None
+
+    def request_headers(self) -> dict[str, str] | None:
+        """The call's own headers, and the body's content type."""
+        headers = dict(self.headers or {})
+        if self.body is not None:
+            headers["Content-Type"] = "application/json"
+        return headers or None
 
 
 def _log_density(value: Any) -> float | None:
@@ -176,6 +185,7 @@ class _Protocol:
         param_names: Sequence[str] | None,
         options: Mapping[str, Any] | None,
         stop: Mapping[str, Any] | None,
+        idempotency_key: str | None = None,
     ) -> _Call:
         if initial is not None:
             rows = np.asarray(initial, dtype=np.float64)
@@ -195,9 +205,10 @@ class _Protocol:
             options=dict(options) if options is not None else None,
             stop=dict(stop) if stop is not None else None,
         )
-        # A lost answer to a create may have created a session: retried only when
-        # the request certainly did not arrive, or was answered 503.
-        return _Call("POST", "sessions", body, idempotent=False)
+        # A lost answer to a create may have created a session: its retries carry the
+        # same idempotency key, and the service answers the session the first made.
+        key = idempotency_key if idempotency_key is not None else secrets.token_hex(16)
+        return _Call("POST", "sessions", body, headers={"Idempotency-Key": key})
 
     @staticmethod
     def _draws_params(

@@ -71,7 +71,7 @@ class AsyncClient(_Protocol):
                     call.method,
                     call.path,
                     content=None if call.body is None else orjson.dumps(call.body),
-                    headers={"Content-Type": "application/json"} if call.body is not None else None,
+                    headers=call.request_headers(),
                     params=call.params,
                     timeout=_timeout(self._http, call.wait),
                 )
@@ -101,6 +101,7 @@ class AsyncClient(_Protocol):
         param_names: Sequence[str] | None = None,
         options: Mapping[str, Any] | None = None,
         stop: Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None,
     ) -> Session:
         call = self._create(
             dim,
@@ -116,6 +117,7 @@ class AsyncClient(_Protocol):
             param_names,
             options,
             stop,
+            idempotency_key,
         )
         return Session.from_json(await self._json(call))
 

@@ -108,7 +108,7 @@ class Client(_Protocol):
                     call.method,
                     call.path,
                     content=None if call.body is None else orjson.dumps(call.body),
-                    headers={"Content-Type": "application/json"} if call.body is not None else None,
+                    headers=call.request_headers(),
                     params=call.params,
                     timeout=_timeout(self._http, call.wait),
                 )
@@ -142,9 +142,12 @@ class Client(_Protocol):
         param_names: Sequence[str] | None = None,
         options: Mapping[str, Any] | None = None,
         stop: Mapping[str, Any] | None = None,
+        idempotency_key: str | None = None,
     ) -> Session:
         """``POST /v1/sessions``; omitted fields take the service's defaults. ``initial``:
-        one point for every chain, or one row per chain."""
+        one point for every chain, or one row per chain. Retried like every call: its
+        retries carry one ``Idempotency-Key`` (a new one per call unless given), so a
+        create whose answer was lost makes one session, not two."""
         call = self._create(
             dim,
             algorithm,
@@ -159,6 +162,7 @@ class Client(_Protocol):
             param_names,
             options,
             stop,
+            idempotency_key,
         )
         return Session.from_json(self._json(call))
 

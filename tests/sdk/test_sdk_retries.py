@@ -70,7 +70,7 @@ def test_503_and_refused_connections_are_retried() -> None:
     assert len(seen) == 4
 
 
-def test_a_lost_answer_is_retried_for_a_tell_but_not_for_a_create() -> None:
+def test_a_lost_answer_is_retried_for_a_tell_and_for_a_create_with_its_key() -> None:
     told = {"results": [{"id": "c0.i1", "chain": 0, "outcome": "duplicate"}]}
     transport, seen = scripted([lost, lambda _: httpx.Response(200, json=told)])
     with quick(transport) as client:
@@ -78,9 +78,11 @@ def test_a_lost_answer_is_retried_for_a_tell_but_not_for_a_create() -> None:
     assert len(seen) == 2 and seen[0].content == seen[1].content  # the same body again
 
     transport, seen = scripted([lost, created])
-    with quick(transport) as client, pytest.raises(httpx.ReadError):
-        client.create_session(1)  # it may have been created: not repeated
-    assert len(seen) == 1
+    with quick(transport) as client:
+        assert client.create_session(1).id == "s1"  # repeated with its idempotency key
+    assert len(seen) == 2
+    keys = [r.headers["Idempotency-Key"] for r in seen]
+    assert keys[0] == keys[1] and len(keys[0]) == 32 and seen[0].content == seen[1].content
 
     transport, seen = scripted([refused, created])
     with quick(transport) as client:

@@ -320,11 +320,19 @@ def _parse(meta: SessionMeta, results: Sequence[Result]) -> list[Told]:
     """Parse every result before anything is applied (:class:`Invalid` on the first bad
     one)."""
     told = []
+    seen: dict[str, int] = {}
     for i, result in enumerate(results):
         pid = parse_id(result.id)
         if pid is None:
             raise Invalid(
                 f"results[{i}].id: {result.id!r} is not a proposal id", field=f"results.{i}.id"
+            )
+        first = seen.setdefault(result.id, i)
+        if first != i:
+            raise Invalid(
+                f"results[{i}].id: {result.id!r} is told twice in one request (results[{first}] "
+                "too); tell each proposal once per request",
+                field=f"results.{i}.id",
             )
         told.append(Told(i, pid, result.log_density))
     return told

@@ -277,6 +277,19 @@ def test_one_bad_result_fails_the_whole_batch_before_anything_is_applied(
     assert state(api, sid) == before
 
 
+def test_an_id_told_twice_in_one_request_is_invalid(
+    api: TestClient, sessions: Any, assert_problem: ProblemCheck
+) -> None:
+    """'An id told twice in one request is invalid (422).'"""
+    sid = sessions()["id"]
+    first, _ = started(api, sid)
+    before = state(api, sid)
+    body = {"results": [value(first), value(first)]}
+    problem = assert_problem(api.post(f"/v1/sessions/{sid}/tell", json=body), 422)
+    assert "twice" in problem["detail"] and problem["errors"][0]["field"] == "results.1.id"
+    assert state(api, sid) == before
+
+
 def test_pseudo_marginal_sessions_never_ask_for_the_current_state(
     api: TestClient, sessions: Any
 ) -> None:

@@ -201,6 +201,8 @@ def _serve(args: argparse.Namespace) -> int:
         return refused
     import uvicorn
 
+    from kameleon.service.http_protocol import ReadTimeoutProtocol
+
     uvicorn.run(
         "kameleon.service.app:create_app",
         factory=True,
@@ -209,7 +211,7 @@ def _serve(args: argparse.Namespace) -> int:
         workers=settings.workers,
         log_level=settings.log_level,
         access_log=False,
-        http="httptools",
+        http=ReadTimeoutProtocol,
         loop="uvloop",
         timeout_keep_alive=30,
     )

@@ -117,6 +117,14 @@ class Settings(BaseSettings):
         description="Most memory, estimated as for max_session_bytes, that the sessions "
         "of every key may need together (the store's whole budget): 429.",
     )
+    request_read_timeout_seconds: float = Field(
+        30.0,
+        gt=0,
+        le=3600,
+        description="A request must arrive whole (headers and body) this long after the "
+        "connection opened or its first byte (`kameleon serve`): else 408, or the "
+        "connection is closed. Bounds slow clients when the service is exposed directly.",
+    )
     default_lease_seconds: float = Field(60.0, gt=0)
     max_lease_seconds: float = Field(24 * 3600.0, gt=0)
     max_wait_seconds: float = Field(

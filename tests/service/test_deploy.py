@@ -142,3 +142,41 @@ def test_several_workers_share_sessions_through_redis(redis_url: str, redis_pref
                     f"/v1/sessions/{sid}/ask", json={"max": 1, "lease_seconds": 0.01}
                 )
                 assert asked.status_code == 200
+
+
+def test_a_request_that_never_arrives_whole_is_cut_off() -> None:
+    """A client that opens a connection and sends nothing, or sends half its headers, or
+    half its body, is cut off after request_read_timeout_seconds (408 when its headers
+    never completed); a whole request on a keep-alive connection is served as usual."""
+    import socket
+    import time
+
+    port = free_port()
+    env = {**_env_without_kameleon(), "KAMELEON_REQUEST_READ_TIMEOUT_SECONDS": "1"}
+    with serving([KAMELEON, "serve", "--port", str(port)], env, port) as url:
+        partial = (
+            b"",
+            b"GET /v1/health HTTP/1.1\r\nHost: x\r\n",
+            b"POST /v1/sessions HTTP/1.1\r\nHost: x\r\ncontent-length: 100\r\n\r\n{",
+        )
+        socks = []
+        for sent in partial:
+            sock = socket.create_connection(("127.0.0.1", port))
+            sock.sendall(sent)
+            socks.append(sock)
+        time.sleep(2.0)
+        answers = []
+        for sock in socks:
+            sock.settimeout(5)
+            chunks = []
+            while chunk := sock.recv(4096):  # b"": the service closed the connection
+                chunks.append(chunk)
+            answers.append(b"".join(chunks))
+            sock.close()
+        assert answers[0].startswith(b"HTTP/1.1 408") and answers[1].startswith(b"HTTP/1.1 408")
+        assert answers[2] == b""  # its body stalled: closed, nothing created
+        with httpx.Client() as client:  # keep-alive: one connection, idle past the timeout
+            assert client.get(url + "/v1/health").status_code == 200
+            time.sleep(1.5)
+            assert client.get(url + "/v1/health").status_code == 200
+        assert httpx.get(url + "/v1/sessions").json()["sessions"] == []

@@ -66,7 +66,11 @@ class DrawsChain(BaseModel):
 class DrawsPage(BaseModel):
     param_names: list[str]
     chains: list[DrawsChain]
-    next: str | None = Field(description="URL of the next page, or null.")
+    next: str | None = Field(
+        description="The next page as a reference relative to this request's URL "
+        "(`draws?...`: resolve it against the URL you requested, as a browser resolves a "
+        "link), or null on the last page."
+    )
 
 
 class ParameterDiagnostics(BaseModel):

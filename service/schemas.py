@@ -170,7 +170,12 @@ class SessionCreate(_Request):
         "draw, up to this many points per chain; then the chain needs_initial_point.",
     )
     seed: Count | None = Field(
-        None, ge=0, le=2**63 - 1, description="Same seed and same told values give the same draws."
+        None,
+        ge=0,
+        le=2**63 - 1,
+        description="Same seed and same told values give the same draws. Without one, the "
+        "session draws a seed below 2**53, which every JSON reader gives back exactly; a "
+        "seed of your own is best below 2**53 too.",
     )
     pseudo_marginal: bool = Field(
         False, description="Told values are logs of unbiased estimates of the density."
@@ -319,8 +324,9 @@ class ProposalOut(BaseModel):
 
 
 _NEXT_EXPIRY = (
-    "With no proposals and the session not done: when the first running lease runs out "
-    "(its proposal is handed out again then), or null if none is running."
+    "Always present. With no proposals and the session not done: when the first running "
+    "lease runs out (its proposal is handed out again then), or null if none is running; "
+    "null in every other answer."
 )
 
 
@@ -328,7 +334,7 @@ class AskResponse(BaseModel):
     proposals: list[ProposalOut]
     status: SessionStatus = Field(description=_SESSION_STATUS)
     done: bool
-    next_lease_expires_at: datetime | None = Field(None, description=_NEXT_EXPIRY)
+    next_lease_expires_at: datetime | None = Field(description=_NEXT_EXPIRY)
 
 
 class TellResult(_Request):
@@ -381,7 +387,7 @@ class StepResponse(BaseModel):
     proposals: list[ProposalOut]
     status: SessionStatus = Field(description=_SESSION_STATUS)
     done: bool
-    next_lease_expires_at: datetime | None = Field(None, description=_NEXT_EXPIRY)
+    next_lease_expires_at: datetime | None = Field(description=_NEXT_EXPIRY)
 
 
 class ResetRequest(_Request):

@@ -180,7 +180,7 @@ def new_meta(body: SessionCreate, owner: str, settings: Settings) -> SessionMeta
         algorithm=body.algorithm,
         dim=body.dim,
         chains=body.chains,
-        seed=body.seed if body.seed is not None else secrets.randbits(63),
+        seed=body.seed if body.seed is not None else secrets.randbits(53),
         pseudo_marginal=body.pseudo_marginal,
         warmup=body.warmup,
         max_iterations=body.max_iterations,

@@ -145,9 +145,8 @@ class Stepper:
             # leases them again.
             stopped, proposals = True, []
         status = session_status(meta, result.counts, stopped)
-        if want > 0 and not proposals and not status["done"]:
-            expiry = result.next_expiry
-            status["next_lease_expires_at"] = iso(expiry) if expiry is not None else None
+        expiry = result.next_expiry if want > 0 and not proposals and not status["done"] else None
+        status["next_lease_expires_at"] = iso(expiry) if expiry is not None else None
         return answered, proposals, status
 
     async def _paid_for(self, meta: SessionMeta, iteration: int) -> bool:

@@ -133,6 +133,47 @@ def test_lease_edge_cases(api: TestClient, sessions: Any, assert_problem: Proble
     assert applied["results"][0]["outcome"] in ("accepted", "rejected")
 
 
+def test_every_answer_carries_next_lease_expires_at(api: TestClient, sessions: Any) -> None:
+    """'Every ask and step answer carries `next_lease_expires_at`: in an answer with no
+    proposals in a session that is not done, when the first running lease runs out ...,
+    else null.'"""
+    sid = sessions(chains=1)["id"]
+    handed = post(api, sid, "ask", {"max": 1, "lease_seconds": 30})
+    assert handed["proposals"] and handed["next_lease_expires_at"] is None
+    empty = post(api, sid, "ask", {"max": 1})
+    assert empty["proposals"] == [] and empty["next_lease_expires_at"] is not None
+    stepped = post(api, sid, "step", {"results": [value(handed["proposals"][0])]})
+    assert stepped["proposals"] and stepped["next_lease_expires_at"] is None
+
+
+def test_a_retry_is_known_by_its_request_id_whatever_its_body(
+    api: TestClient, sessions: Any
+) -> None:
+    """'Request ids are per session, and one namespace for ask and step ... the results
+    it carries are told as in any request ..., and it hands out only what the first
+    request leased and still holds, never further proposals, whatever its `max`.'"""
+    sid = sessions(chains=3)["id"]
+    first = post(api, sid, "ask", {"max": 2, "request_id": "r-1"})["proposals"]
+    assert len(first) == 2
+    retry = post(api, sid, "step", {"results": [value(first[0])], "max": 3, "request_id": "r-1"})
+    assert [r["outcome"] for r in retry["results"]] == ["initialized"]
+    # The told chain's next proposal and the other one r-1 still holds; never chain 2.
+    assert sorted(p["chain"] for p in retry["proposals"]) == sorted(p["chain"] for p in first)
+    other = sessions(chains=1)["id"]  # the same id in another session is another request
+    assert len(post(api, other, "ask", {"max": 1, "request_id": "r-1"})["proposals"]) == 1
+
+
+def test_an_unseeded_session_draws_a_seed_exact_in_json(api: TestClient, sessions: Any) -> None:
+    """An unseeded session draws a seed below 2**53, which every JSON reader gives back
+    exactly (openapi.yaml, SessionCreate.seed)."""
+    made = [api.post("/v1/sessions", json={"dim": 1}).json() for _ in range(20)]
+    try:
+        assert all(0 <= m["seed"] < 2**53 for m in made)
+    finally:
+        for m in made:
+            api.delete(f"/v1/sessions/{m['id']}")
+
+
 # ------------------------------------------------------------------- creating a session
 
 

@@ -15,10 +15,10 @@ from typing import Any, cast
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
-from redis.backoff import NoBackoff
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
-from redis.retry import Retry
 
 from kameleon.service.store.base import (
     ApplyResult,
@@ -44,7 +44,10 @@ from kameleon.service.store.redis_layout import (
     unavailable,
 )
 
-__all__ = ["APPLY_SCRIPT", "FIELDS", "Keys", "RedisStore"]
+__all__ = ["APPLY_SCRIPT", "CONNECTION_RETRIES", "FIELDS", "Keys", "RedisStore"]
+
+#: How many times a command that failed with a connection error is sent again.
+CONNECTION_RETRIES = 2
 
 
 class RedisStore(Store):
@@ -82,9 +85,24 @@ class RedisStore(Store):
 
         A command that gets no answer within ``timeout`` seconds fails (and the request
         answers 503); an apply that the server runs later than that changes nothing (the
-        script checks a deadline). A connection that turns out dead when a command is
-        sent (the server restarted since the pool opened it) is replaced and the command
-        sent again, once; a command that timed out is never sent again.
+        script checks a deadline). A command that fails with a connection error (the
+        connection was found dead: the server restarted since the pool opened it; or
+        Redis answered that it is still loading its data) is sent again on a new
+        connection, up to :data:`CONNECTION_RETRIES` times, after 50 then 100 ms; a
+        command that timed out is never sent again.
+
+        Why resending after a connection error is safe. Mostly the command never ran:
+        it was written to a socket the old server no longer reads. But it may have run
+        and only its reply been lost (the server died just after it). Every write of
+        this store is then harmless to repeat: an apply is compare-and-set (a resent
+        apply that ran already finds the chains' versions moved on, changes nothing and
+        reports a conflict, which the caller decides again, so a told result is answered
+        ``duplicate`` rather than applied twice; a request that names itself gets the
+        proposals the first run leased), and it carries the deadline computed for the
+        first send, so a resend run late changes nothing either; stopping, saving
+        diagnostics, refreshing expiries and deleting keys have the same effect run
+        twice as once. A timed-out command is not resent because it may still be
+        queued: the request answers 503 and the client's retry is the one resend.
         """
         options: dict[str, Any] = {
             "decode_responses": False,
@@ -97,9 +115,18 @@ class RedisStore(Store):
         if url.startswith(CLUSTER_SCHEMES):
             # A Redis Cluster: every key of a session carries the session's hash tag, so
             # each script and transaction runs on the one node that serves its slot.
+            # The cluster client retries connection errors itself, after refreshing the
+            # cluster's layout.
             client = RedisCluster.from_url(plain_url(url), **options)
         else:
-            retry = Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,))
+            # The asyncio client needs the asyncio Retry: the synchronous one returns the
+            # command's coroutine unawaited, so its failure escaped the retry and every
+            # connection that died with a restart answered one 503.
+            retry = Retry(
+                ExponentialBackoff(cap=0.1, base=0.025),
+                CONNECTION_RETRIES,
+                supported_errors=(RedisConnectionError,),
+            )
             client = aioredis.Redis.from_url(url, retry=retry, **options)
         return cls(client, prefix=prefix, ttl_seconds=ttl_seconds, timeout=timeout)
 

@@ -8,21 +8,26 @@
 - **Restarted** with the append-only file: while it is down the service answers 503
   problem+json and changes nothing; when it is back the run goes on without restarting
   the service (the pool's dead connections are replaced, not answered 503), and every
-  result acknowledged before the restart is still there.
+  result acknowledged before the restart is still there. Every connection the pool
+  held when Redis went down is dead; each is replaced when next used, so many requests
+  at once right after the restart (each on a connection of its own) answer 200 too.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import redis
 from fastapi.testclient import TestClient
@@ -103,6 +108,35 @@ def client(server: Server) -> Iterator[TestClient]:
         c.portal.call(store.close)
 
 
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@asynccontextmanager
+async def app_client(
+    store: RedisStore, settings: Settings | None = None
+) -> AsyncIterator[httpx.AsyncClient]:
+    """The app on ``store``, served in this event loop (requests run concurrently)."""
+    app = create_app(settings or Settings(), store=store)
+    try:
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(
+                transport=transport, base_url="http://kameleon", timeout=60
+            ) as client:
+                yield client
+    finally:
+        await store.close()
+
+
+async def create_sessions(client: httpx.AsyncClient, count: int, chains: int = 2) -> list[str]:
+    body = {"algorithm": "rwm", "dim": 2, "chains": chains}
+    created = [await client.post("/v1/sessions", json=body) for _ in range(count)]
+    assert {r.status_code for r in created} == {201}, created[0].text
+    return [r.json()["id"] for r in created]
+
+
 def told(proposals: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{"id": p["id"], "log_density": -0.5 * sum(v * v for v in p["x"])} for p in proposals]
 
@@ -179,3 +213,30 @@ def test_a_restarted_redis_loses_nothing_and_needs_no_service_restart(
         assert chain["iterations"] == list(range(1, 31))
         mine = {int(i.split(".i")[1]) for i in applied if i.startswith(f"c{chain['chain']}.")}
         assert mine == set(range(1, 31))  # every acknowledged result is there, once
+
+
+@pytest.mark.anyio
+async def test_concurrent_requests_right_after_a_redis_restart_get_no_503(
+    server: Server,
+) -> None:
+    """Every request on a connection of its own, each of them dead after the restart:
+    none answers 503, after one restart and after a second one."""
+    store = RedisStore.from_url(server.url, prefix="restart", timeout=TIMEOUT)
+    async with app_client(store) as client:
+        sids = await create_sessions(client, 60, chains=4)
+
+        async def ask_all() -> list[int]:
+            answers = await asyncio.gather(
+                *(client.post(f"/v1/sessions/{sid}/ask", json={"max": 1}) for sid in sids)
+            )
+            return [r.status_code for r in answers]
+
+        assert set(await ask_all()) == {200}  # the pool holds many connections now
+        for _ in range(2):
+            server.kill()
+            server.start()
+            assert set(await ask_all()) == {200}
+        # One at a time afterwards: the pool's idle connections are good too.
+        for sid in sids[:20]:
+            response = await client.get(f"/v1/sessions/{sid}")
+            assert response.status_code == 200, response.text

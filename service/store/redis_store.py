@@ -18,7 +18,6 @@ from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from kameleon.service.store.base import (
     ApplyResult,
@@ -43,6 +42,7 @@ from kameleon.service.store.redis_layout import (
     record,
     unavailable,
 )
+from kameleon.service.store.slots import LateWrite, Slots
 
 __all__ = ["APPLY_SCRIPT", "CONNECTION_RETRIES", "FIELDS", "Keys", "RedisStore"]
 
@@ -60,6 +60,7 @@ class RedisStore(Store):
         prefix: str = "kameleon",
         ttl_seconds: int = 604800,
         timeout: float = 2.0,
+        max_connections: int = 256,
     ) -> None:
         if not prefix or any(c in prefix for c in "{}"):
             raise ValueError("prefix must be non-empty and free of braces")
@@ -67,6 +68,9 @@ class RedisStore(Store):
         self.prefix = prefix
         self.ttl_seconds = ttl_seconds
         self.timeout = timeout
+        #: At most ``max_connections`` operations at once, as many as the pool has
+        #: connections (per node, for a cluster); more wait up to ``timeout`` for one.
+        self.slots = Slots(max_connections, timeout)
         self._clock_offset: float | None = None  # the server's clock minus ours
         self._apply = client.register_script(APPLY_SCRIPT)
         self._stop = client.register_script(STOP_SCRIPT)
@@ -80,6 +84,7 @@ class RedisStore(Store):
         prefix: str = "kameleon",
         ttl_seconds: int = 604800,
         timeout: float = 2.0,
+        max_connections: int = 256,
     ) -> RedisStore:
         """A store on the Redis at ``url`` (``redis+cluster://`` for a cluster).
 
@@ -103,13 +108,20 @@ class RedisStore(Store):
         diagnostics, refreshing expiries and deleting keys have the same effect run
         twice as once. A timed-out command is not resent because it may still be
         queued: the request answers 503 and the client's retry is the one resend.
+        (Creating a session is the exception: a resent create whose first run landed
+        finds the session there and fails.)
+
+        ``max_connections`` bounds this process's store operations at once, each holding
+        one connection at a time: more wait for one to finish, up to ``timeout`` seconds,
+        then fail with :class:`~kameleon.service.store.base.StoreBusy`
+        (:mod:`~kameleon.service.store.slots`).
         """
         options: dict[str, Any] = {
             "decode_responses": False,
             "socket_timeout": timeout,
             "socket_connect_timeout": timeout,
             "health_check_interval": 30,
-            "max_connections": 256,
+            "max_connections": max_connections,
         }
         client: aioredis.Redis | RedisCluster
         if url.startswith(CLUSTER_SCHEMES):
@@ -128,7 +140,13 @@ class RedisStore(Store):
                 supported_errors=(RedisConnectionError,),
             )
             client = aioredis.Redis.from_url(url, retry=retry, **options)
-        return cls(client, prefix=prefix, ttl_seconds=ttl_seconds, timeout=timeout)
+        return cls(
+            client,
+            prefix=prefix,
+            ttl_seconds=ttl_seconds,
+            timeout=timeout,
+            max_connections=max_connections,
+        )
 
     def _keys(self, session_id: str) -> Keys:
         return Keys(self.prefix, session_id)
@@ -137,10 +155,16 @@ class RedisStore(Store):
         return f"{self.prefix}:owner:{owner or '-'}"
 
     async def ping(self) -> bool:
+        """Whether Redis answers (``False`` too when this process is too busy to ask it
+        within the timeout)."""
         try:
-            return bool(await self.client.ping())
-        except (RedisConnectionError, RedisTimeoutError, OSError):
+            return await self._ping()
+        except StoreUnavailable:
             return False
+
+    @unavailable
+    async def _ping(self) -> bool:
+        return bool(await self.client.ping())
 
     async def close(self) -> None:
         await self.client.aclose()
@@ -296,7 +320,7 @@ class RedisStore(Store):
         reply = await self._apply(keys=script_keys, args=args)
         status = int(reply[0])
         if status == -2:
-            raise StoreUnavailable("Redis ran the update after its deadline; nothing changed")
+            raise LateWrite("Redis ran the update after its deadline; nothing changed")
         if status != 0:
             raise SessionNotFound(session_id)
         _, now, applied, conflicts, leased, free, warming, finished, waiting, stopped = reply[:10]

@@ -240,3 +240,44 @@ async def test_concurrent_requests_right_after_a_redis_restart_get_no_503(
         for sid in sids[:20]:
             response = await client.get(f"/v1/sessions/{sid}")
             assert response.status_code == 200, response.text
+
+
+@pytest.mark.anyio
+async def test_more_requests_than_store_connections_wait_for_one(server: Server) -> None:
+    """300 requests at once on a pool of 4 connections: each waits for a connection
+    (none answers 503), and the pool never runs out."""
+    store = RedisStore.from_url(server.url, prefix="pool", timeout=5.0, max_connections=4)
+    async with app_client(store) as client:
+        sids = await create_sessions(client, 30)
+        answers = await asyncio.gather(
+            *(client.post(f"/v1/sessions/{sids[i % 30]}/ask", json={"max": 1}) for i in range(300))
+        )
+        assert {r.status_code for r in answers} == {200}, answers[0].text
+        leased = [(r.url.path, p["id"]) for r in answers for p in r.json()["proposals"]]
+        assert len(leased) == len(set(leased)) == 60  # every chain of every session, once
+
+
+@pytest.mark.anyio
+async def test_a_long_poll_holds_no_store_connection_while_it_waits(server: Server) -> None:
+    """Two connections, twenty long polls waiting at once: other requests are served
+    meanwhile, at once."""
+    store = RedisStore.from_url(server.url, prefix="poll", timeout=TIMEOUT, max_connections=2)
+    async with app_client(store) as client:
+        busy, *others = await create_sessions(client, 11)
+        leased = await client.post(f"/v1/sessions/{busy}/ask", json={"max": 2})
+        assert len(leased.json()["proposals"]) == 2  # nothing left to hand out
+        poll = {"max": 1, "wait_seconds": 3 * TIMEOUT}
+        polls = [
+            asyncio.create_task(client.post(f"/v1/sessions/{busy}/ask", json=poll))
+            for _ in range(20)
+        ]
+        await asyncio.sleep(0.5)  # they are waiting now
+        started = time.monotonic()
+        for sid in others:
+            response = await client.post(f"/v1/sessions/{sid}/ask", json={"max": 1})
+            assert response.status_code == 200, response.text
+        assert time.monotonic() - started < TIMEOUT
+        assert not any(p.done() for p in polls)
+        waited = await asyncio.gather(*polls)
+        assert {r.status_code for r in waited} == {200}
+        assert all(r.json()["proposals"] == [] for r in waited)

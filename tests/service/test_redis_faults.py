@@ -163,6 +163,9 @@ def test_a_503_from_a_paused_redis_changed_nothing(client: TestClient, server: S
     finally:
         server.signal(signal.SIGCONT)
     time.sleep(0.3)  # Redis runs the queued scripts now, past their deadline
+    metrics = client.get("/metrics").text
+    assert metric(metrics, "kameleon_store_unavailable_total") == 2
+    assert metric(metrics, "kameleon_store_busy_total") == 0
 
     # The tell had changed nothing: its retry is applied, not answered duplicate.
     retold = client.post(base + "/tell", json={"results": told(first)}).json()["results"]
@@ -242,6 +245,11 @@ async def test_concurrent_requests_right_after_a_redis_restart_get_no_503(
             assert response.status_code == 200, response.text
 
 
+def metric(text: str, name: str) -> float:
+    (line,) = [line for line in text.splitlines() if line.startswith(name + " ")]
+    return float(line.split()[1])
+
+
 @pytest.mark.anyio
 async def test_more_requests_than_store_connections_wait_for_one(server: Server) -> None:
     """300 requests at once on a pool of 4 connections: each waits for a connection
@@ -255,29 +263,66 @@ async def test_more_requests_than_store_connections_wait_for_one(server: Server)
         assert {r.status_code for r in answers} == {200}, answers[0].text
         leased = [(r.url.path, p["id"]) for r in answers for p in r.json()["proposals"]]
         assert len(leased) == len(set(leased)) == 60  # every chain of every session, once
+        metrics = (await client.get("/metrics")).text
+        assert metric(metrics, "kameleon_store_unavailable_total") == 0
+        assert metric(metrics, "kameleon_store_busy_total") == 0
 
 
 @pytest.mark.anyio
 async def test_a_long_poll_holds_no_store_connection_while_it_waits(server: Server) -> None:
     """Two connections, twenty long polls waiting at once: other requests are served
-    meanwhile, at once."""
+    meanwhile."""
     store = RedisStore.from_url(server.url, prefix="poll", timeout=TIMEOUT, max_connections=2)
     async with app_client(store) as client:
         busy, *others = await create_sessions(client, 11)
         leased = await client.post(f"/v1/sessions/{busy}/ask", json={"max": 2})
         assert len(leased.json()["proposals"]) == 2  # nothing left to hand out
-        poll = {"max": 1, "wait_seconds": 3 * TIMEOUT}
+        poll = {"max": 1, "wait_seconds": 5 * TIMEOUT}
         polls = [
             asyncio.create_task(client.post(f"/v1/sessions/{busy}/ask", json=poll))
             for _ in range(20)
         ]
         await asyncio.sleep(0.5)  # they are waiting now
-        started = time.monotonic()
+        # Had the polls kept the two connections, these would wait for one in vain and
+        # answer 503 after the store timeout.
         for sid in others:
             response = await client.post(f"/v1/sessions/{sid}/ask", json={"max": 1})
             assert response.status_code == 200, response.text
-        assert time.monotonic() - started < TIMEOUT
         assert not any(p.done() for p in polls)
         waited = await asyncio.gather(*polls)
         assert {r.status_code for r in waited} == {200}
         assert all(r.json()["proposals"] == [] for r in waited)
+
+
+@pytest.mark.anyio
+async def test_a_process_with_every_store_connection_in_use_answers_503_busy(
+    server: Server,
+) -> None:
+    """No connection frees up within the store timeout: 503 ``service-busy`` with
+    Retry-After, counted as busy, not as an unavailable store; nothing changed."""
+    store = RedisStore.from_url(server.url, prefix="busy", timeout=TIMEOUT, max_connections=2)
+    async with app_client(store) as client:
+        (sid,) = await create_sessions(client, 1)
+        for _ in range(store.slots.size):  # every store operation of the process is busy
+            await store.slots.acquire()
+        started = time.monotonic()
+        answers = await asyncio.gather(
+            *(client.post(f"/v1/sessions/{sid}/ask", json={"max": 1}) for _ in range(5))
+        )
+        assert time.monotonic() - started < TIMEOUT + 2.0  # waited the timeout, no more
+        for response in answers:
+            assert response.status_code == 503, response.text
+            assert response.headers["content-type"].startswith("application/problem+json")
+            assert response.headers["retry-after"] == "1"
+            problem = response.json()
+            assert problem["type"].endswith("/service-busy")
+            assert "busy" in problem["detail"] and "unreachable" not in problem["detail"]
+        metrics = (await client.get("/metrics")).text
+        assert metric(metrics, "kameleon_store_busy_total") == 5
+        assert metric(metrics, "kameleon_store_unavailable_total") == 0
+        for _ in range(store.slots.size):
+            store.slots.release()
+        # Nothing was leased by the refused asks: both chains are free.
+        again = await client.post(f"/v1/sessions/{sid}/ask", json={"max": 2})
+        assert again.status_code == 200
+        assert len(again.json()["proposals"]) == 2

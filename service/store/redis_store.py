@@ -104,12 +104,17 @@ class RedisStore(Store):
         reports a conflict, which the caller decides again, so a told result is answered
         ``duplicate`` rather than applied twice; a request that names itself gets the
         proposals the first run leased), and it carries the deadline computed for the
-        first send, so a resend run late changes nothing either; stopping, saving
-        diagnostics, refreshing expiries and deleting keys have the same effect run
-        twice as once. A timed-out command is not resent because it may still be
-        queued: the request answers 503 and the client's retry is the one resend.
-        (Creating a session is the exception: a resent create whose first run landed
-        finds the session there and fails.)
+        first send, so a resend run late changes nothing either (an ask that names no
+        request and ran already leases other chains; those the first run leased are
+        handed out again when their leases run out); stopping, saving diagnostics,
+        refreshing expiries and deleting keys have the same effect run twice as once. A
+        timed-out command is not resent because it may still be queued: the request
+        answers 503 and the client's retry is the one resend. (Creating a session is the
+        exception: a resent create whose first run landed finds the session there and
+        fails.) A cluster client follows its own policy: it resends after connection
+        errors and timeouts alike, up to 3 times, after refreshing the cluster's
+        layout; an apply resent after a timeout runs past its deadline and changes
+        nothing.
 
         ``max_connections`` bounds this process's store operations at once, each holding
         one connection at a time: more wait for one to finish, up to ``timeout`` seconds,
@@ -127,8 +132,6 @@ class RedisStore(Store):
         if url.startswith(CLUSTER_SCHEMES):
             # A Redis Cluster: every key of a session carries the session's hash tag, so
             # each script and transaction runs on the one node that serves its slot.
-            # The cluster client retries connection errors itself, after refreshing the
-            # cluster's layout.
             client = RedisCluster.from_url(plain_url(url), **options)
         else:
             # The asyncio client needs the asyncio Retry: the synchronous one returns the

@@ -134,7 +134,9 @@ class Invalid(KameleonError):
 
 
 class Unavailable(KameleonError):
-    """503: the store is unreachable; the request changed nothing and may be retried."""
+    """503: the store did not answer (problem type ``store-unavailable``) or the
+    service was too busy (``service-busy``); the request changed nothing and may be
+    retried."""
 
     status = 503
 

@@ -41,6 +41,7 @@ def build_store(settings: Settings) -> Store:
             prefix=settings.redis_prefix,
             ttl_seconds=settings.session_ttl_seconds,
             timeout=settings.store_timeout_seconds,
+            max_connections=settings.store_max_connections,
         )
     from kameleon.service.store.memory_store import MemoryStore
 

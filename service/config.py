@@ -73,6 +73,14 @@ class Settings(BaseSettings):
         description="How long a request waits for Redis before it answers 503 (nothing "
         "changed: a write that Redis runs later than that changes nothing).",
     )
+    store_max_connections: int = Field(
+        256,
+        ge=1,
+        le=100_000,
+        description="Most store operations (Redis connections; per node, for a cluster) "
+        "one service process runs at once. More wait, up to store_timeout_seconds, for one "
+        "to finish; then the request answers 503 `service-busy` (nothing changed).",
+    )
     session_ttl_seconds: int = Field(
         7 * 24 * 3600, ge=60, description="A session idle this long expires (redis store)."
     )

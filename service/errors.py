@@ -25,7 +25,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Match
 
 from kameleon.service.sessions import errors as domain
-from kameleon.service.store.base import SessionNotFound, StoreUnavailable
+from kameleon.service.store.base import SessionNotFound, StoreBusy, StoreUnavailable
 
 __all__ = [
     "BadRequest",
@@ -34,6 +34,7 @@ __all__ = [
     "NotFound",
     "PayloadTooLarge",
     "Problem",
+    "ServiceBusy",
     "ServiceUnavailable",
     "Unauthorized",
     "Unprocessable",
@@ -97,6 +98,17 @@ class ServiceUnavailable(Problem):
     status, type, title = 503, "store-unavailable", "Store unavailable"
 
 
+class ServiceBusy(Problem):
+    """503 because this service process (or the chains asked about) had more work at
+    once than it could finish in time; the store may be fine."""
+
+    status, type, title = 503, "service-busy", "Service busy"
+
+
+#: The ``Retry-After`` (seconds) of every 503.
+RETRY_AFTER_SECONDS = 1
+
+
 def problem_response(status: int, type_: str, title: str, detail: str, **extra: Any) -> Response:
     body: dict[str, Any] = {
         "type": TYPE_BASE + type_,
@@ -111,7 +123,7 @@ def problem_response(status: int, type_: str, title: str, detail: str, **extra: 
             body["errors"] = [{"id": str(i), "message": detail} for i in body["ids"]]
         elif "field" in body:
             body["errors"] = [{"field": str(body["field"]), "message": detail}]
-    headers = {"Retry-After": "1"} if status == 503 else None
+    headers = {"Retry-After": str(RETRY_AFTER_SECONDS)} if status == 503 else None
     try:
         content = orjson.dumps(body)
     except TypeError:  # text that is not valid Unicode (a lone surrogate) is escaped
@@ -143,6 +155,10 @@ def install(app: FastAPI) -> None:
 
     async def on_error(request: Request, exc: Exception) -> Response:
         response = error_response(exc, f"{request.method} {request.url.path}")
+        if isinstance(exc, StoreUnavailable):
+            metrics = getattr(request.app.state, "metrics", None)
+            if metrics is not None:
+                metrics.count_store_failure(busy=isinstance(exc, StoreBusy))
         if response.status_code == 405:
             response.headers["Allow"] = ", ".join(_allowed(request))
         return response
@@ -160,11 +176,12 @@ def install(app: FastAPI) -> None:
 
 
 class _Incidents:
-    """Logs an unreachable store once per incident, not once per request: the first
-    failure, then at most one line every ``every`` seconds, with how many requests
-    failed since."""
+    """Logs an unreachable store (or a busy process) once per incident, not once per
+    request: the first failure, then at most one line every ``every`` seconds, with how
+    many requests failed since."""
 
-    def __init__(self, every: float = 10.0) -> None:
+    def __init__(self, what: str, every: float = 10.0) -> None:
+        self.what = what
         self.every = every
         self.last = -math.inf
         self.quiet = 0
@@ -175,11 +192,12 @@ class _Incidents:
             self.quiet += 1
             return
         more = f" ({self.quiet} more requests failed since the last report)" if self.quiet else ""
-        log.warning("store unavailable: %s%s", exc, more)
+        log.warning("%s: %s%s", self.what, exc, more)
         self.last, self.quiet = now, 0
 
 
-_STORE_LOG = _Incidents()
+_STORE_LOG = _Incidents("store unavailable")
+_BUSY_LOG = _Incidents("service busy")
 
 _METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
 
@@ -199,7 +217,7 @@ _DOMAIN: dict[type[domain.ServiceError], type[Problem]] = {
     domain.NotFound: NotFound,
     domain.Invalid: Unprocessable,
     domain.Conflict: Conflict,
-    domain.Busy: ServiceUnavailable,
+    domain.Busy: ServiceBusy,
     domain.Quota: TooMany,
 }
 _HTTP_KINDS = {404: "not-found", 405: "method-not-allowed", 413: "payload-too-large"}
@@ -228,6 +246,15 @@ def error_response(exc: Exception, where: str) -> Response:
         return response
     if isinstance(exc, SessionNotFound):
         return problem_response(404, NotFound.type, NotFound.title, "no such session")
+    if isinstance(exc, StoreBusy):
+        _BUSY_LOG.report(exc)
+        return problem_response(
+            503,
+            ServiceBusy.type,
+            ServiceBusy.title,
+            "the service is too busy to finish this request in time (the store answers "
+            "other requests); nothing changed, retry",
+        )
     if isinstance(exc, StoreUnavailable):
         _STORE_LOG.report(exc)
         return problem_response(

@@ -8,8 +8,12 @@ Metrics (prometheus-client, one registry per app):
 - ``kameleon_results_total{outcome}``: told results by outcome (``accepted``,
   ``rejected``, ``initialized``, ``outside_support``, ``duplicate``);
 - ``kameleon_proposals_total``: proposals handed out;
-- ``kameleon_sessions_created_total``; ``kameleon_store_unavailable_total``: answers 503
-  because the store did not answer.
+- ``kameleon_sessions_created_total``;
+- ``kameleon_store_unavailable_total``: answers 503 because the store did not answer
+  (unreachable, stalled past the store timeout, or still loading);
+  ``kameleon_store_busy_total``: answers 503 because this process had every store
+  connection in use for the whole store timeout (overloaded; the store was not asked).
+  A 503 for contention on the same chains counts in neither.
 
 Each service process counts its own requests (with ``--workers N`` a scrape through the
 one port reaches one of them; scrape each process, or run one per container).
@@ -99,12 +103,23 @@ class Metrics:
             "Requests answered 503 because the store did not answer.",
             registry=self.registry,
         )
+        self.busy = Counter(
+            "kameleon_store_busy",
+            "Requests answered 503 because every store connection of this process stayed "
+            "in use for the store timeout.",
+            registry=self.registry,
+        )
 
     def render(self) -> bytes:
         return bytes(generate_latest(self.registry))
 
     def count_session(self) -> None:
         self.sessions.inc()
+
+    def count_store_failure(self, *, busy: bool) -> None:
+        """A request answered 503 by a store that did not answer, or (``busy``) by a
+        process with no store connection free."""
+        (self.busy if busy else self.unavailable).inc()
 
     def count_answer(self, answer: dict[str, Any]) -> None:
         """Count a step, ask or tell answer's results and proposals."""
@@ -144,8 +159,6 @@ class RequestMetrics:
             route = route_of(path)
             self.metrics.requests.labels(method, route, str(status)).inc()
             self.metrics.latency.labels(method, route).observe(elapsed)
-            if status == 503:
-                self.metrics.unavailable.inc()
             if self.log_requests:
                 self.log.info(
                     "%s %s %d %.1f ms",

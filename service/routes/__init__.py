@@ -19,7 +19,10 @@ _MEANING = {
     "estimated `bytes` and the `limit`).",
     429: "The key's quota of sessions or memory is used up (`limit`); delete sessions to "
     "make room.",
-    503: "The store is unreachable; nothing changed, retry.",
+    503: "Nothing changed; retry after `Retry-After` seconds. Problem type `store-unavailable`: "
+    "the store did not answer within its timeout; `service-busy`: the service is too busy "
+    "(every store connection of the process in use, a write the store ran too late, or "
+    "too much contention on the same chains).",
 }
 
 

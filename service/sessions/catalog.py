@@ -109,9 +109,9 @@ class Catalog:
                 meta.id, owner, meta.to_bytes(), records, colds, warming
             )
         except ValueError:
-            if token is None:
-                raise
-            self.forget(meta.id)  # a concurrent retry stored it first: that one stands
+            # Stored already, under this request's random id: by this very call, resent
+            # after a lost answer, or by a concurrent retry with its token. That one stands.
+            self.forget(meta.id)
         else:
             self._meta.put(meta.id, meta)
         return await self.summary(meta.id, owner)

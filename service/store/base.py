@@ -11,7 +11,8 @@ Contract (every implementation passes ``tests/service/test_store_contract.py``):
 - **Values returned are never mutated by later writes** (records are frozen; bytes are
   immutable).
 - **Unknown sessions** raise :class:`SessionNotFound`; an unreachable backend raises
-  :class:`StoreUnavailable`, and then nothing was changed by the failed call.
+  :class:`StoreUnavailable` (:class:`StoreBusy` when the process has too many calls
+  under way to make one more), and then nothing was changed by the failed call.
 - **Durability**: when ``apply`` returns, the update is in the store (for Redis, as
   durable as the server is configured to be).
 - Draws are fixed-size float64 rows appended one per applied transition and read in
@@ -45,6 +46,7 @@ __all__ = [
     "SessionNotes",
     "SessionPage",
     "Store",
+    "StoreBusy",
     "StoreUnavailable",
 ]
 
@@ -55,6 +57,12 @@ class SessionNotFound(KeyError):
 
 class StoreUnavailable(RuntimeError):
     """The backend could not be reached; the call changed nothing."""
+
+
+class StoreBusy(StoreUnavailable):
+    """This process had as many store operations under way as it may have, and none
+    finished within the store timeout: the call did not reach the backend and changed
+    nothing. The backend may be fine; the process is overloaded."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,8 +254,10 @@ class Store(abc.ABC):
         token reserves nothing and returns that session's id (which the caller stores,
         under that id, if the first create stopped before it had).
 
-        Raises :class:`QuotaExceeded` when the reservation would pass a limit, and
-        :class:`ValueError` if ``session_id`` is reserved already; then nothing changed.
+        Reserving an id that ``owner`` reserved already changes nothing (a call resent
+        after its answer was lost). Raises :class:`QuotaExceeded` when the reservation
+        would pass a limit, and :class:`ValueError` if another owner reserved
+        ``session_id``; then nothing changed.
         A reservation whose session is never stored is given back when it expires.
         """
 

@@ -124,8 +124,11 @@ class MemoryStore(Store):
                 earlier = self._tokens.get((owner, token))
                 if earlier is not None and earlier in self._reserved:
                     return earlier
-            if session_id in self._reserved:
-                raise ValueError(f"session {session_id} is reserved")
+            held = self._reserved.get(session_id)
+            if held is not None:
+                if held.owner == owner:
+                    return session_id  # reserved already: a resent call
+                raise ValueError(f"session {session_id} is reserved by another owner")
             self._take(owner, 1, size, quota)
             self._counter += 1
             self._reserved[session_id] = _Reservation(owner, size, grant, self._counter)

@@ -85,8 +85,9 @@ end
 # again, unused, when there is no token). ARGV: session id, owner, bytes, grant, seconds
 # the reservation lives unless refreshed, the limits of sessions, bytes and total bytes
 # ("" = none), the deadline ("" = none), "1" if there is a token.
-# Returns {0} reserved; {1, id} the token's earlier session; {2} the id is reserved
-# already; {3, limit, used} a limit would be passed; {-2} past the deadline.
+# Returns {0} reserved (or reserved already for this owner: a resent call); {1, id} the
+# token's earlier session; {2} the id is another owner's; {3, limit, used} a limit would
+# be passed; {-2} past the deadline.
 RESERVE_SCRIPT = (
     _COMMON
     + f"""
@@ -98,7 +99,12 @@ if ARGV[10] == '1' then
   if earlier and redis.call('HEXISTS', KEYS[2], earlier) == 1 then return {{1, earlier}} end
 end
 local id, owner, size = ARGV[1], ARGV[2], tonumber(ARGV[3])
-if redis.call('HEXISTS', KEYS[2], id) == 1 then return {{2}} end
+local held = redis.call('HGET', KEYS[2], id)
+if held then
+  -- Reserved already: by this very call, resent after a lost answer, or another owner.
+  if string.match(held, '^%d+ %d+ (.*)$') == owner then return {{0}} end
+  return {{2}}
+end
 local n, b, total = used('n:' .. owner), used('b:' .. owner), used('total')
 if ARGV[6] ~= '' and n + 1 > tonumber(ARGV[6]) then return {{3, 'sessions', n}} end
 if ARGV[7] ~= '' and b + size > tonumber(ARGV[7]) then return {{3, 'bytes', b}} end

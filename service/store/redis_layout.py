@@ -33,14 +33,12 @@ configured idle time; using the session refreshes it.
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Sequence
 from importlib import resources
-from typing import Any, ParamSpec, TypeVar
+from typing import Any
 
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
-
-from kameleon.service.store.base import ChainRecord, ChainUpdate, StoreUnavailable
+from kameleon.service.store.base import ChainRecord, ChainUpdate
+from kameleon.service.store.slots import with_slot
 
 __all__ = [
     "APPLY_SCRIPT",
@@ -133,22 +131,12 @@ if tonumber(ARGV[1]) >= kept then
 end
 return 1
 """
-P = ParamSpec("P")
-T = TypeVar("T")
 
 
-def unavailable(fn: Callable[P, Coroutine[Any, Any, T]]) -> Callable[P, Coroutine[Any, Any, T]]:
-    """Turn connection failures into :class:`StoreUnavailable`."""
-
-    async def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
-        try:
-            return await fn(*args, **kwargs)
-        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
-            raise StoreUnavailable(str(exc)) from exc
-
-    wrapper.__name__ = fn.__name__
-    wrapper.__doc__ = fn.__doc__
-    return wrapper
+#: The decorator of every operation of the Redis store: it runs in one of the store's
+#: slots (at most so many operations of this process at once), and a connection failure
+#: becomes :class:`StoreUnavailable` (:func:`~kameleon.service.store.slots.with_slot`).
+unavailable = with_slot
 
 
 def f64(raw: bytes) -> float | None:

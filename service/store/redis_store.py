@@ -15,10 +15,9 @@ from typing import Any, cast
 
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
-from redis.backoff import NoBackoff
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
-from redis.retry import Retry
 
 from kameleon.service.store.base import (
     ApplyResult,
@@ -55,8 +54,12 @@ from kameleon.service.store.redis_layout import (
     record,
     unavailable,
 )
+from kameleon.service.store.slots import LateWrite, Slots
 
-__all__ = ["APPLY_SCRIPT", "FIELDS", "Keys", "RedisStore"]
+__all__ = ["APPLY_SCRIPT", "CONNECTION_RETRIES", "FIELDS", "Keys", "RedisStore"]
+
+#: How many times a command that failed with a connection error is sent again.
+CONNECTION_RETRIES = 2
 
 
 class RedisStore(Store):
@@ -69,6 +72,7 @@ class RedisStore(Store):
         prefix: str = "kameleon",
         ttl_seconds: int = 604800,
         timeout: float = 2.0,
+        max_connections: int = 256,
     ) -> None:
         if not prefix or any(c in prefix for c in "{}"):
             raise ValueError("prefix must be non-empty and free of braces")
@@ -76,6 +80,9 @@ class RedisStore(Store):
         self.prefix = prefix
         self.ttl_seconds = ttl_seconds
         self.timeout = timeout
+        #: At most ``max_connections`` operations at once, as many as the pool has
+        #: connections (per node, for a cluster); more wait up to ``timeout`` for one.
+        self.slots = Slots(max_connections, timeout)
         self._clock_offset: float | None = None  # the server's clock minus ours
         self._apply = client.register_script(APPLY_SCRIPT)
         self._stop = client.register_script(STOP_SCRIPT)
@@ -97,21 +104,49 @@ class RedisStore(Store):
         prefix: str = "kameleon",
         ttl_seconds: int = 604800,
         timeout: float = 2.0,
+        max_connections: int = 256,
     ) -> RedisStore:
         """A store on the Redis at ``url`` (``redis+cluster://`` for a cluster).
 
         A command that gets no answer within ``timeout`` seconds fails (and the request
         answers 503); an apply that the server runs later than that changes nothing (the
-        script checks a deadline). A connection that turns out dead when a command is
-        sent (the server restarted since the pool opened it) is replaced and the command
-        sent again, once; a command that timed out is never sent again.
+        script checks a deadline). A command that fails with a connection error (the
+        connection was found dead: the server restarted since the pool opened it; or
+        Redis answered that it is still loading its data) is sent again on a new
+        connection, up to :data:`CONNECTION_RETRIES` times, after 50 then 100 ms; a
+        command that timed out is never sent again.
+
+        Why resending after a connection error is safe. Mostly the command never ran:
+        it was written to a socket the old server no longer reads. But it may have run
+        and only its reply been lost (the server died just after it). Every write of
+        this store is then harmless to repeat: an apply is compare-and-set (a resent
+        apply that ran already finds the chains' versions moved on, changes nothing and
+        reports a conflict, which the caller decides again, so a told result is answered
+        ``duplicate`` rather than applied twice; a request that names itself gets the
+        proposals the first run leased), and it carries the deadline computed for the
+        first send, so a resend run late changes nothing either (an ask that names no
+        request and ran already leases other chains; those the first run leased are
+        handed out again when their leases run out); stopping, saving diagnostics,
+        refreshing expiries and deleting keys have the same effect run twice as once. A
+        timed-out command is not resent because it may still be queued: the request
+        answers 503 and the client's retry is the one resend. (Creating a session is the
+        exception: a resent create whose first run landed finds the session there and
+        fails.) A cluster client follows its own policy: it resends after connection
+        errors and timeouts alike, up to 3 times, after refreshing the cluster's
+        layout; an apply resent after a timeout runs past its deadline and changes
+        nothing.
+
+        ``max_connections`` bounds this process's store operations at once, each holding
+        one connection at a time: more wait for one to finish, up to ``timeout`` seconds,
+        then fail with :class:`~kameleon.service.store.base.StoreBusy`
+        (:mod:`~kameleon.service.store.slots`).
         """
         options: dict[str, Any] = {
             "decode_responses": False,
             "socket_timeout": timeout,
             "socket_connect_timeout": timeout,
             "health_check_interval": 30,
-            "max_connections": 256,
+            "max_connections": max_connections,
         }
         client: aioredis.Redis | RedisCluster
         if url.startswith(CLUSTER_SCHEMES):
@@ -119,9 +154,22 @@ class RedisStore(Store):
             # each script and transaction runs on the one node that serves its slot.
             client = RedisCluster.from_url(plain_url(url), **options)
         else:
-            retry = Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,))
+            # The asyncio client needs the asyncio Retry: the synchronous one returns the
+            # command's coroutine unawaited, so its failure escaped the retry and every
+            # connection that died with a restart answered one 503.
+            retry = Retry(
+                ExponentialBackoff(cap=0.1, base=0.025),
+                CONNECTION_RETRIES,
+                supported_errors=(RedisConnectionError,),
+            )
             client = aioredis.Redis.from_url(url, retry=retry, **options)
-        return cls(client, prefix=prefix, ttl_seconds=ttl_seconds, timeout=timeout)
+        return cls(
+            client,
+            prefix=prefix,
+            ttl_seconds=ttl_seconds,
+            timeout=timeout,
+            max_connections=max_connections,
+        )
 
     def _keys(self, session_id: str) -> Keys:
         return Keys(self.prefix, session_id)
@@ -130,10 +178,16 @@ class RedisStore(Store):
         return f"{self.prefix}:owner:{owner or '-'}"
 
     async def ping(self) -> bool:
+        """Whether Redis answers (``False`` too when this process is too busy to ask it
+        within the timeout)."""
         try:
-            return bool(await self.client.ping())
-        except (RedisConnectionError, RedisTimeoutError, OSError):
+            return await self._ping()
+        except StoreUnavailable:
             return False
+
+    @unavailable
+    async def _ping(self) -> bool:
+        return bool(await self.client.ping())
 
     async def close(self) -> None:
         await self.client.aclose()
@@ -163,11 +217,11 @@ class RedisStore(Store):
         reply = await self._reserve(keys=keys, args=args)
         status = int(reply[0])
         if status == -2:
-            raise StoreUnavailable("Redis ran the reservation after its deadline; nothing changed")
+            raise LateWrite("Redis ran the reservation after its deadline; nothing changed")
         if status == 1:
             return cast(bytes, reply[1]).decode()
         if status == 2:
-            raise ValueError(f"session {session_id} is reserved")
+            raise ValueError(f"session {session_id} is reserved by another owner")
         if status == 3:
             limit = cast(bytes, reply[1]).decode()
             maximum = {"sessions": limits[0], "bytes": limits[1], "total_bytes": limits[2]}
@@ -193,7 +247,7 @@ class RedisStore(Store):
             args += [rec.version, rec.state, rec.cold_version, "1" if rec.active else "0", cold]
         status = int(await self._create(keys=script_keys, args=args))
         if status == -2:
-            raise StoreUnavailable("Redis ran the create after its deadline; nothing changed")
+            raise LateWrite("Redis ran the create after its deadline; nothing changed")
         if status == 0:
             raise ValueError(f"session {session_id} exists")
 
@@ -205,7 +259,7 @@ class RedisStore(Store):
         reply = await self._grow(keys=keys, args=args)
         status = int(reply[0])
         if status == -2:
-            raise StoreUnavailable("Redis ran the reservation after its deadline; nothing changed")
+            raise LateWrite("Redis ran the reservation after its deadline; nothing changed")
         if status == -1:
             raise SessionNotFound(session_id)
         if status == 3:
@@ -289,7 +343,7 @@ class RedisStore(Store):
         args: list[str | int] = [session_id, owner, self.ttl_seconds, await self._deadline()]
         status = int((await self._release(keys=keys, args=args))[0])
         if status == -2:
-            raise StoreUnavailable("Redis ran the delete after its deadline; nothing changed")
+            raise LateWrite("Redis ran the delete after its deadline; nothing changed")
         try:
             chains, stored_owner = await self._session(self._keys(session_id))
         except SessionNotFound:
@@ -300,7 +354,7 @@ class RedisStore(Store):
             raise SessionNotFound(session_id)  # another owner's (its reservation is kept)
         every = self._keys(session_id).every(chains)
         if int(await self._delete(keys=every, args=[await self._deadline()])) == -2:
-            raise StoreUnavailable("Redis ran the delete after its deadline; retry")
+            raise LateWrite("Redis ran the delete after its deadline; retry")
         if status == -1:  # made before reservations were kept
             await self.client.zrem(self._owner_key(owner), session_id)
             await self.client.zrem(ix.owner(owner), session_id)
@@ -360,7 +414,7 @@ class RedisStore(Store):
         reply = await self._apply(keys=script_keys, args=args)
         status = int(reply[0])
         if status == -2:
-            raise StoreUnavailable("Redis ran the update after its deadline; nothing changed")
+            raise LateWrite("Redis ran the update after its deadline; nothing changed")
         if status != 0:
             raise SessionNotFound(session_id)
         _, now, applied, conflicts, leased, free, warming, finished, waiting, stopped = reply[:10]

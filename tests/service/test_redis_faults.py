@@ -8,21 +8,26 @@
 - **Restarted** with the append-only file: while it is down the service answers 503
   problem+json and changes nothing; when it is back the run goes on without restarting
   the service (the pool's dead connections are replaced, not answered 503), and every
-  result acknowledged before the restart is still there.
+  result acknowledged before the restart is still there. Every connection the pool
+  held when Redis went down is dead; each is replaced when next used, so many requests
+  at once right after the restart (each on a connection of its own) answer 200 too.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 import redis
 from fastapi.testclient import TestClient
@@ -103,6 +108,35 @@ def client(server: Server) -> Iterator[TestClient]:
         c.portal.call(store.close)
 
 
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@asynccontextmanager
+async def app_client(
+    store: RedisStore, settings: Settings | None = None
+) -> AsyncIterator[httpx.AsyncClient]:
+    """The app on ``store``, served in this event loop (requests run concurrently)."""
+    app = create_app(settings or Settings(), store=store)
+    try:
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(
+                transport=transport, base_url="http://kameleon", timeout=60
+            ) as client:
+                yield client
+    finally:
+        await store.close()
+
+
+async def create_sessions(client: httpx.AsyncClient, count: int, chains: int = 2) -> list[str]:
+    body = {"algorithm": "rwm", "dim": 2, "chains": chains}
+    created = [await client.post("/v1/sessions", json=body) for _ in range(count)]
+    assert {r.status_code for r in created} == {201}, created[0].text
+    return [r.json()["id"] for r in created]
+
+
 def told(proposals: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [{"id": p["id"], "log_density": -0.5 * sum(v * v for v in p["x"])} for p in proposals]
 
@@ -129,6 +163,9 @@ def test_a_503_from_a_paused_redis_changed_nothing(client: TestClient, server: S
     finally:
         server.signal(signal.SIGCONT)
     time.sleep(0.3)  # Redis runs the queued scripts now, past their deadline
+    metrics = client.get("/metrics").text
+    assert metric(metrics, "kameleon_store_unavailable_total") == 2
+    assert metric(metrics, "kameleon_store_busy_total") == 0
 
     # The tell had changed nothing: its retry is applied, not answered duplicate.
     retold = client.post(base + "/tell", json={"results": told(first)}).json()["results"]
@@ -179,3 +216,113 @@ def test_a_restarted_redis_loses_nothing_and_needs_no_service_restart(
         assert chain["iterations"] == list(range(1, 31))
         mine = {int(i.split(".i")[1]) for i in applied if i.startswith(f"c{chain['chain']}.")}
         assert mine == set(range(1, 31))  # every acknowledged result is there, once
+
+
+@pytest.mark.anyio
+async def test_concurrent_requests_right_after_a_redis_restart_get_no_503(
+    server: Server,
+) -> None:
+    """Every request on a connection of its own, each of them dead after the restart:
+    none answers 503, after one restart and after a second one."""
+    store = RedisStore.from_url(server.url, prefix="restart", timeout=TIMEOUT)
+    async with app_client(store) as client:
+        sids = await create_sessions(client, 60, chains=4)
+
+        async def ask_all() -> list[int]:
+            answers = await asyncio.gather(
+                *(client.post(f"/v1/sessions/{sid}/ask", json={"max": 1}) for sid in sids)
+            )
+            return [r.status_code for r in answers]
+
+        assert set(await ask_all()) == {200}  # the pool holds many connections now
+        for _ in range(2):
+            server.kill()
+            server.start()
+            assert set(await ask_all()) == {200}
+        # One at a time afterwards: the pool's idle connections are good too.
+        for sid in sids[:20]:
+            response = await client.get(f"/v1/sessions/{sid}")
+            assert response.status_code == 200, response.text
+
+
+def metric(text: str, name: str) -> float:
+    (line,) = [line for line in text.splitlines() if line.startswith(name + " ")]
+    return float(line.split()[1])
+
+
+@pytest.mark.anyio
+async def test_more_requests_than_store_connections_wait_for_one(server: Server) -> None:
+    """300 requests at once on a pool of 4 connections: each waits for a connection
+    (none answers 503), and the pool never runs out."""
+    store = RedisStore.from_url(server.url, prefix="pool", timeout=5.0, max_connections=4)
+    async with app_client(store) as client:
+        sids = await create_sessions(client, 30)
+        answers = await asyncio.gather(
+            *(client.post(f"/v1/sessions/{sids[i % 30]}/ask", json={"max": 1}) for i in range(300))
+        )
+        assert {r.status_code for r in answers} == {200}, answers[0].text
+        leased = [(r.url.path, p["id"]) for r in answers for p in r.json()["proposals"]]
+        assert len(leased) == len(set(leased)) == 60  # every chain of every session, once
+        metrics = (await client.get("/metrics")).text
+        assert metric(metrics, "kameleon_store_unavailable_total") == 0
+        assert metric(metrics, "kameleon_store_busy_total") == 0
+
+
+@pytest.mark.anyio
+async def test_a_long_poll_holds_no_store_connection_while_it_waits(server: Server) -> None:
+    """Two connections, twenty long polls waiting at once: other requests are served
+    meanwhile."""
+    store = RedisStore.from_url(server.url, prefix="poll", timeout=TIMEOUT, max_connections=2)
+    async with app_client(store) as client:
+        busy, *others = await create_sessions(client, 11)
+        leased = await client.post(f"/v1/sessions/{busy}/ask", json={"max": 2})
+        assert len(leased.json()["proposals"]) == 2  # nothing left to hand out
+        poll = {"max": 1, "wait_seconds": 5 * TIMEOUT}
+        polls = [
+            asyncio.create_task(client.post(f"/v1/sessions/{busy}/ask", json=poll))
+            for _ in range(20)
+        ]
+        await asyncio.sleep(0.5)  # they are waiting now
+        # Had the polls kept the two connections, these would wait for one in vain and
+        # answer 503 after the store timeout.
+        for sid in others:
+            response = await client.post(f"/v1/sessions/{sid}/ask", json={"max": 1})
+            assert response.status_code == 200, response.text
+        assert not any(p.done() for p in polls)
+        waited = await asyncio.gather(*polls)
+        assert {r.status_code for r in waited} == {200}
+        assert all(r.json()["proposals"] == [] for r in waited)
+
+
+@pytest.mark.anyio
+async def test_a_process_with_every_store_connection_in_use_answers_503_busy(
+    server: Server,
+) -> None:
+    """No connection frees up within the store timeout: 503 ``service-busy`` with
+    Retry-After, counted as busy, not as an unavailable store; nothing changed."""
+    store = RedisStore.from_url(server.url, prefix="busy", timeout=TIMEOUT, max_connections=2)
+    async with app_client(store) as client:
+        (sid,) = await create_sessions(client, 1)
+        for _ in range(store.slots.size):  # every store operation of the process is busy
+            await store.slots.acquire()
+        started = time.monotonic()
+        answers = await asyncio.gather(
+            *(client.post(f"/v1/sessions/{sid}/ask", json={"max": 1}) for _ in range(5))
+        )
+        assert time.monotonic() - started < TIMEOUT + 2.0  # waited the timeout, no more
+        for response in answers:
+            assert response.status_code == 503, response.text
+            assert response.headers["content-type"].startswith("application/problem+json")
+            assert response.headers["retry-after"] == "1"
+            problem = response.json()
+            assert problem["type"].endswith("/service-busy")
+            assert "busy" in problem["detail"] and "unreachable" not in problem["detail"]
+        metrics = (await client.get("/metrics")).text
+        assert metric(metrics, "kameleon_store_busy_total") == 5
+        assert metric(metrics, "kameleon_store_unavailable_total") == 0
+        for _ in range(store.slots.size):
+            store.slots.release()
+        # Nothing was leased by the refused asks: both chains are free.
+        again = await client.post(f"/v1/sessions/{sid}/ask", json={"max": 2})
+        assert again.status_code == 200
+        assert len(again.json()["proposals"]) == 2

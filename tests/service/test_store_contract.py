@@ -532,8 +532,10 @@ async def test_a_token_makes_a_create_safe_to_retry(store: Store) -> None:
     assert await _reserve(store, "again", token="t2") == "half"
     await store.create_session("half", "o", b'{"id": "half"}', [_record(0)], [b"{}"], 1)
     assert len((await store.list_sessions("o", None, 10)).sessions) == 2
+    assert await _reserve(store, "first") == "first"  # resent: reserved once
+    assert len((await store.list_sessions("o", None, 10)).sessions) == 2
     with pytest.raises(ValueError):
-        await _reserve(store, "first")  # an id is reserved once
+        await _reserve(store, "first", owner="p")  # another owner's id
 
 
 async def test_a_delete_is_safe_to_retry(store: Store) -> None:

@@ -139,6 +139,18 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
     return app
 
 
+#: The Retry-After header of the answers that carry one.
+_RETRY_AFTER = {
+    code: {
+        "description": f"Seconds to wait before retrying (a hint; {why}).",
+        "schema": {"type": "integer", "minimum": 0},
+    }
+    for code, why in (
+        ("429", "a quota frees up when sessions are deleted or expire"),
+        ("503", "the request may be retried at once after it"),
+    )
+}
+
 #: (schema, property) -> the setting that bounds it.
 _LIMITS = {
     ("SessionCreate", "dim"): "max_dim",
@@ -202,6 +214,8 @@ def _problem_json_errors(app: FastAPI) -> None:
                 for code, response in op["responses"].items():
                     if int(code) >= 400:
                         response["content"] = {"application/problem+json": {"schema": problem}}
+                    if code in _RETRY_AFTER:
+                        response["headers"] = {"Retry-After": _RETRY_AFTER[code]}
         schemas = spec["components"]["schemas"]
         for unused in ("HTTPValidationError", "ValidationError"):
             schemas.pop(unused, None)

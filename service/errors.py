@@ -107,6 +107,9 @@ class ServiceBusy(Problem):
 
 #: The ``Retry-After`` (seconds) of every 503.
 RETRY_AFTER_SECONDS = 1
+#: The ``Retry-After`` (seconds) of every 429: a quota frees up when sessions are
+#: deleted or expire, so a client that cannot delete any waits longer than for a 503.
+QUOTA_RETRY_AFTER_SECONDS = 30
 
 
 def problem_response(status: int, type_: str, title: str, detail: str, **extra: Any) -> Response:
@@ -118,12 +121,19 @@ def problem_response(status: int, type_: str, title: str, detail: str, **extra: 
     }
     body.update(extra)
     if "errors" not in body:
-        # One shape for every error: ``errors`` names each offending field or id.
+        # One shape for every error: ``errors`` names each offending field or id (none,
+        # when the request as a whole is refused).
         if "ids" in body:
             body["errors"] = [{"id": str(i), "message": detail} for i in body["ids"]]
         elif "field" in body:
             body["errors"] = [{"field": str(body["field"]), "message": detail}]
-    headers = {"Retry-After": str(RETRY_AFTER_SECONDS)} if status == 503 else None
+        else:
+            body["errors"] = []
+    headers = None
+    if status == 503:
+        headers = {"Retry-After": str(RETRY_AFTER_SECONDS)}
+    elif status == 429:
+        headers = {"Retry-After": str(QUOTA_RETRY_AFTER_SECONDS)}
     try:
         content = orjson.dumps(body)
     except TypeError:  # text that is not valid Unicode (a lone surrogate) is escaped
@@ -135,6 +145,16 @@ def _from_problem(exc: Problem) -> Response:
     return problem_response(exc.status, exc.type, exc.title, exc.detail, **exc.extra)
 
 
+def field_path(loc: Sequence[Any]) -> str:
+    """One style for every ``field``: a body field as its dotted path from the body
+    (``results.0.log_density``, as the service's own checks name them), anything else
+    after where it is (``query.limit``, ``header.idempotency-key``, ``path.chain``)."""
+    parts = [str(part) for part in loc]
+    if parts and parts[0] == "body":
+        parts = parts[1:]
+    return ".".join(parts) or "body"
+
+
 def validation_response(errors_: Sequence[Any]) -> Response:
     """400 for a body that is not JSON, else 422 naming every invalid field."""
     errors = []
@@ -142,8 +162,7 @@ def validation_response(errors_: Sequence[Any]) -> Response:
     for err in errors_:
         if err.get("type") == "json_invalid":
             malformed = True
-        loc = [str(part) for part in err.get("loc", ())]
-        errors.append({"field": ".".join(loc), "message": str(err.get("msg", ""))})
+        errors.append({"field": field_path(err.get("loc", ())), "message": str(err.get("msg", ""))})
     if malformed:
         return problem_response(400, BadRequest.type, BadRequest.title, "body is not valid JSON")
     detail = "; ".join(f"{e['field']}: {e['message']}" for e in errors) or "invalid request"

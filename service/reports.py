@@ -122,10 +122,24 @@ class ProblemDetail(BaseModel):
     """RFC 9457 problem details. ``errors`` names every offending field or proposal id
     (for a 409, ``ids`` lists the ids too: drop them and resend the rest)."""
 
-    type: str
+    type: str = Field(
+        description="What went wrong, as a URI: `https://kameleon.dev/problems/` then one "
+        "of malformed-request (400), unauthorized (401), forbidden (403), not-found (404), "
+        "method-not-allowed (405), conflict (409), payload-too-large (413), invalid (422), "
+        "quota-exceeded (429), store-unavailable (503), service-busy (503), internal (500, "
+        "a bug). Stable: match on it, not on `title` or `detail`."
+    )
     title: str
     status: int
-    detail: str
-    errors: list[ProblemError] | None = None
-    ids: list[str] | None = None
-    field: str | None = None
+    detail: str = Field(description="What went wrong here, for a person.")
+    errors: list[ProblemError] = Field(
+        description="Each offending field or proposal id; empty when the request as a "
+        "whole is refused."
+    )
+    ids: list[str] | None = Field(None, description="409: the ids refused.")
+    field: str | None = Field(None, description="The first offending field, if any.")
+    bytes: int | None = Field(
+        None, description="422 over the session budget, 429 over a memory quota: the bytes."
+    )
+    limit: int | None = Field(None, description="422, 429: the limit passed.")
+    sessions: int | None = Field(None, description="429: the sessions this key keeps.")

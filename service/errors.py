@@ -147,10 +147,10 @@ def _from_problem(exc: Problem) -> Response:
 
 def field_path(loc: Sequence[Any]) -> str:
     """One style for every ``field``: a body field as its dotted path from the body
-    (``results.0.log_density``, as the service's own checks name them), anything else
-    after where it is (``query.limit``, ``header.idempotency-key``, ``path.chain``)."""
+    (``results.0.log_density``), a query parameter, path parameter or header by its
+    name (``page_size``, ``idempotency-key``), as the service's own checks name them."""
     parts = [str(part) for part in loc]
-    if parts and parts[0] == "body":
+    if parts and parts[0] in ("body", "query", "path", "header", "cookie"):
         parts = parts[1:]
     return ".".join(parts) or "body"
 

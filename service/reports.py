@@ -111,7 +111,9 @@ class Health(BaseModel):
 
 
 class ProblemError(BaseModel):
-    """One offending field (dotted path into the body or a query parameter) or id."""
+    """One offending field (a body field's dotted path from the body, as in
+    ``results.0.log_density``; a query or path parameter or a header by its name) or
+    proposal id."""
 
     field: str | None = None
     id: str | None = None

@@ -139,8 +139,10 @@ class Catalog:
             await self.store.touch(session_id)
 
     def forget(self, session_id: str) -> None:
+        """Drop everything this process keeps of a session (deleted, or gone)."""
         self._meta.pop(session_id, None)
         self._touched.pop(session_id, None)
+        self.chains.forget(session_id)
 
     async def summary(self, session_id: str, owner: str) -> dict[str, Any]:
         meta = await self.meta(session_id, owner)

@@ -101,6 +101,13 @@ class Chains:
         self._cold: LRU = LRU(CACHE_SIZE)
         self._proposals: LRU = LRU(CACHE_SIZE)
 
+    def forget(self, session_id: str) -> None:
+        """Drop what this process keeps of a session's chains (it was deleted or has
+        expired), so that its states are not kept until the caches push them out."""
+        for cache in (self._chains, self._cold, self._proposals):
+            for key in [k for k in cache if k[0] == session_id]:
+                del cache[key]
+
     def remember(self, meta: SessionMeta, chain: ChainView) -> None:
         self._chains.put((meta.id, chain.chain), chain)
 

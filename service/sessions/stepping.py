@@ -315,6 +315,10 @@ def _written(plans: dict[int, ChainPlan]) -> list[Any]:
     return [p for p in plans.values() if p.after is not None]
 
 
+def _same_value(a: float, b: float) -> bool:
+    return a == b or (a != a and b != b)
+
+
 def _parse(meta: SessionMeta, results: Sequence[Result]) -> list[Told]:
     """Parse every result before anything is applied (:class:`Invalid` on the first bad
     one)."""
@@ -327,11 +331,11 @@ def _parse(meta: SessionMeta, results: Sequence[Result]) -> list[Told]:
                 f"results[{i}].id: {result.id!r} is not a proposal id", field=f"results.{i}.id"
             )
         first = seen.setdefault(result.id, i)
-        if first != i:
-            raise Invalid(
-                f"results[{i}].id: {result.id!r} is told twice in one request (results[{first}] "
-                "too); tell each proposal once per request",
-                field=f"results.{i}.id",
+        if first != i and not _same_value(results[first].log_density, result.log_density):
+            raise Conflict(
+                f"results[{i}].id: {result.id!r} is told twice in this request with different "
+                f"values (results[{first}] too); nothing was applied",
+                ids=[result.id],
             )
         told.append(Told(i, pid, result.log_density))
     return told

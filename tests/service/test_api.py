@@ -441,7 +441,12 @@ def test_max_iterations_ends_the_session(client: TestClient, assert_problem: Pro
     told = run(client, sid, transitions=100)
     assert len(told) == 2 * (1 + 5)
     answer = ask(client, sid, max=2)
-    assert answer == {"proposals": [], "status": "done", "done": True}
+    assert answer == {
+        "proposals": [],
+        "status": "done",
+        "done": True,
+        "next_lease_expires_at": None,
+    }
     assert step(client, sid)["done"] is True
     body = summary(client, sid)
     assert body["status"] == "done"
@@ -752,3 +757,20 @@ def test_api_keys_guard_and_separate_sessions(
     (first,) = client.post(f"{base}/ask", json={}, headers=k1).json()["proposals"]
     assert first["id"] == "c0.i0"
     assert client.delete(base, headers=k1).status_code == 204
+
+
+def test_a_deleted_session_leaves_nothing_in_the_process(client: TestClient) -> None:
+    """The process's caches (decoded chain states, cold parts, proposals, metadata) drop
+    a deleted session at once, rather than hold its states until pushed out."""
+    sid = create(client, chains=3)["id"]
+    run(client, sid, 5)
+    service = client.app.state.sessions  # type: ignore[attr-defined]
+    chains = service.catalog.chains
+
+    def kept() -> int:
+        caches = (chains._chains, chains._cold, chains._proposals, service.catalog._meta)
+        return sum(1 for cache in caches for key in cache if sid in (key, key[0]))
+
+    assert kept() > 0
+    assert client.delete(f"/v1/sessions/{sid}").status_code == 204
+    assert kept() == 0

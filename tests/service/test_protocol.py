@@ -318,17 +318,21 @@ def test_one_bad_result_fails_the_whole_batch_before_anything_is_applied(
     assert state(api, sid) == before
 
 
-def test_an_id_told_twice_in_one_request_is_invalid(
+def test_an_id_told_twice_in_one_request(
     api: TestClient, sessions: Any, assert_problem: ProblemCheck
 ) -> None:
-    """'An id told twice in one request is invalid (422).'"""
+    """'An id told twice in one request with the same value is applied once (the second
+    answers `duplicate`); with different values, 409.'"""
     sid = sessions()["id"]
-    first, _ = started(api, sid)
+    first, second = started(api, sid)
     before = state(api, sid)
-    body = {"results": [value(first), value(first)]}
-    problem = assert_problem(api.post(f"/v1/sessions/{sid}/tell", json=body), 422)
-    assert "twice" in problem["detail"] and problem["errors"][0]["field"] == "results.1.id"
+    other = {"id": first["id"], "log_density": value(first)["log_density"] - 1.0}
+    body = {"results": [value(first), other]}
+    problem = assert_problem(api.post(f"/v1/sessions/{sid}/tell", json=body), 409)
+    assert "twice" in problem["detail"] and problem["ids"] == [first["id"]]
     assert state(api, sid) == before
+    answer = tell(api, sid, value(second), value(second))
+    assert [r["outcome"] for r in answer["results"]][1] == "duplicate"
 
 
 def test_pseudo_marginal_sessions_never_ask_for_the_current_state(
@@ -479,7 +483,7 @@ def test_invalid_input_is_a_422_naming_the_field(
     'Every error body has one shape (problem+json with errors, each naming its field or
     id).'"""
     for body, field in [
-        ({"algorithm": "nope", "dim": 2}, "body.algorithm"),
+        ({"algorithm": "nope", "dim": 2}, "algorithm"),
         ({"dim": 2, "initial": [[0.0]]}, "initial"),
         ({"algorithm": "rwm", "dim": 2, "options": {"nope": 1}}, "options"),
     ]:
@@ -557,3 +561,43 @@ def test_a_retried_delete_answers_204(api: TestClient, assert_problem: ProblemCh
     assert api.delete(f"/v1/sessions/{sid}").status_code == 204
     assert api.delete(f"/v1/sessions/{sid}").status_code == 204
     assert_problem(api.get(f"/v1/sessions/{sid}"), 404)
+
+
+def test_every_problem_has_errors_and_a_listed_type(
+    api: TestClient, assert_problem: ProblemCheck
+) -> None:
+    """'... and `errors`, one entry per offending field (`field`) or proposal id (`id`),
+    empty when the request as a whole is refused.' '`type` is
+    `https://kameleon.dev/problems/` followed by a name that is stable'; a query
+    parameter is named by its name."""
+    listed = {
+        "malformed-request", "unauthorized", "forbidden", "not-found", "method-not-allowed",
+        "conflict", "payload-too-large", "invalid", "quota-exceeded", "store-unavailable",
+        "service-busy",
+    }  # fmt: skip
+    answers = [
+        (api.get("/v1/sessions/nope"), 404, []),
+        (api.post("/v1/sessions", content=b"{"), 400, []),
+        (api.put("/v1/sessions"), 405, []),
+        (api.post("/v1/sessions", json={"dim": 0}), 422, ["dim"]),
+        (api.get("/v1/sessions", params={"limit": 0}), 422, ["limit"]),
+    ]
+    for response, status, fields in answers:
+        problem = assert_problem(response, status)
+        assert problem["type"].startswith("https://kameleon.dev/problems/")
+        assert problem["type"].rsplit("/", 1)[1] in listed, problem
+        assert [e["field"] for e in problem["errors"]] == fields, problem
+
+
+def test_a_quota_refusal_says_when_to_retry(
+    start_client: Any, store_kind: str, assert_problem: ProblemCheck
+) -> None:
+    """'`quota-exceeded` | 429 | after deleting sessions, or after `Retry-After` (30 s)'"""
+    from kameleon.service.config import Settings
+
+    client = start_client(store_kind, Settings(max_sessions_per_key=1))
+    assert client.post("/v1/sessions", json={"dim": 1}).status_code == 201
+    refused = client.post("/v1/sessions", json={"dim": 1})
+    problem = assert_problem(refused, 429)
+    assert refused.headers["retry-after"] == "30"
+    assert problem["sessions"] == 1 and problem["limit"] == 1 and problem["errors"] == []

@@ -28,7 +28,13 @@ from kameleon.service.sessions.draws import ChainSlice, DrawsQuery, read_slices
 from kameleon.service.sessions.errors import Invalid, NotFound
 from kameleon.service.sessions.meta import SessionMeta
 from kameleon.service.sessions.stepping import Result, Stepper
-from kameleon.service.sessions.trace import TraceQuery, chain_lengths, etag, read_trace
+from kameleon.service.sessions.trace import (
+    RunningCache,
+    TraceQuery,
+    chain_lengths,
+    etag,
+    read_trace,
+)
 from kameleon.service.sessions.waiting import Waiting
 from kameleon.service.store.base import SessionNotFound, Store
 
@@ -57,6 +63,7 @@ class SessionService:
         self.diagnostics = Diagnostics(store)
         self.stepper = Stepper(store, settings, chains, self.diagnostics)
         self.waiting = Waiting()
+        self.running = RunningCache()
         #: Told every answer of ask, tell and step (the app's metrics), if set.
         self.observe: Observer | None = None
 
@@ -193,7 +200,7 @@ class SessionService:
                 return tag, None
             params = query.params or tuple(range(meta.dim))
             query = TraceQuery(query.points, query.include_warmup, params, query.checkpoints)
-            return tag, await read_trace(self.store, meta, lengths, query)
+            return tag, await read_trace(self.store, meta, lengths, query, self.running)
 
 
 def _matches(if_none_match: str, tag: str) -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import math
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -17,11 +18,12 @@ from typing import Any
 import numpy as np
 
 from kameleon.core.diagnostics import MIN_DRAWS, ess_bulk, rhat
+from kameleon.service.sessions.chains import LRU
 from kameleon.service.sessions.draws import RowLayout, Rows
 from kameleon.service.sessions.meta import SessionMeta
 from kameleon.service.store.base import Store
 
-__all__ = ["TraceQuery", "etag", "read_trace", "stride_for"]
+__all__ = ["RunningCache", "TraceQuery", "etag", "read_trace", "stride_for"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +32,27 @@ class TraceQuery:
     include_warmup: bool
     params: tuple[int, ...]  # indices of the picked parameters, in order
     checkpoints: int
+
+
+class RunningCache:
+    """R-hat and bulk ESS already computed at a checkpoint, by (session, first kept
+    iteration, stride, parameter, length): draws are never rewritten, so they hold.
+    Shared by the threads that compute them."""
+
+    def __init__(self, size: int = 50_000) -> None:
+        self._lru = LRU(size)
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple[Any, ...]) -> tuple[float | None, float | None] | None:
+        with self._lock:
+            value: tuple[float | None, float | None] | None = self._lru.get(key)
+            if value is not None:
+                self._lru.move_to_end(key)
+            return value
+
+    def put(self, key: tuple[Any, ...], value: tuple[float | None, float | None]) -> None:
+        with self._lock:
+            self._lru.put(key, value)
 
 
 def stride_for(length: int, points: int) -> int:
@@ -52,7 +75,11 @@ async def chain_lengths(store: Store, meta: SessionMeta) -> list[int]:
 
 
 async def read_trace(
-    store: Store, meta: SessionMeta, lengths: Sequence[int], query: TraceQuery
+    store: Store,
+    meta: SessionMeta,
+    lengths: Sequence[int],
+    query: TraceQuery,
+    cache: RunningCache | None = None,
 ) -> dict[str, Any]:
     """The trace document (``schemas.Trace``) for chains of ``lengths`` draws."""
     offset = 0 if query.include_warmup else meta.warmup
@@ -78,7 +105,11 @@ async def read_trace(
             }
         )
     running = await asyncio.to_thread(
-        _running, kept, picked, offset, stride, meta.warmup, query.checkpoints
+        _running,
+        kept,
+        query.params,
+        _Grid(meta.id, offset, stride, meta.warmup, query.checkpoints),
+        cache if cache is not None else RunningCache(1),
     )
     return {
         "param_names": [meta.param_names[p] for p in query.params],
@@ -90,33 +121,50 @@ async def read_trace(
     }
 
 
+@dataclass(frozen=True, slots=True)
+class _Grid:
+    session: str
+    offset: int  # kept draw j is iteration offset + 1 + j * stride
+    stride: int
+    warmup: int
+    checkpoints: int
+
+
 def _running(
-    kept: Sequence[Rows],
-    columns: Sequence[int],
-    offset: int,
-    stride: int,
-    warmup: int,
-    checkpoints: int,
+    kept: Sequence[Rows], params: Sequence[int], grid: _Grid, cache: RunningCache
 ) -> dict[str, Any]:
-    """R-hat and bulk ESS of the kept post-warm-up draws at up to ``checkpoints``
-    lengths, evenly spaced; the chains cut to a common length."""
-    # Kept draw j is iteration offset + 1 + j * stride; post-warm-up from the first
-    # j whose iteration is above warmup.
-    first = max(0, -(-(warmup - offset) // stride)) if warmup > offset else 0
+    """R-hat and bulk ESS of the kept post-warm-up draws (the chains cut to a common
+    length) at every multiple of a power-of-two number of them, at most ``checkpoints``
+    multiples, and at the common length last; so the checkpoints stay where they are as
+    the run grows, and each is computed once (``cache``)."""
+    # The first kept draw after warm-up: j * stride >= warmup - offset.
+    first = -(-(grid.warmup - grid.offset) // grid.stride) if grid.warmup > grid.offset else 0
     common = min((len(rows) - first for rows in kept), default=0)
     iterations: list[int] = []
     r_hat: list[list[float | None]] = []
     ess: list[list[float | None]] = []
-    if common < MIN_DRAWS or not kept:
+    if common < MIN_DRAWS:
         return {"iterations": iterations, "r_hat": r_hat, "ess_bulk": ess}
-    post = np.stack([rows[first : first + common][:, columns] for rows in kept])
-    lengths = sorted(
-        {max(MIN_DRAWS, round(common * k / checkpoints)) for k in range(1, checkpoints + 1)}
-    )
-    for n in lengths:
-        iterations.append(offset + 1 + (first + n - 1) * stride)
-        r_hat.append([_finite(rhat(post[:, :n, i])) for i in range(post.shape[2])])
-        ess.append([_finite(ess_bulk(post[:, :n, i])) for i in range(post.shape[2])])
+    step = stride_for(common, max(1, grid.checkpoints - 1))
+    lengths = [n for n in range(step, common, step) if n >= MIN_DRAWS] + [common]
+    start = grid.offset + 1 + first * grid.stride  # the first kept post-warm-up iteration
+    for n in lengths[-grid.checkpoints :]:
+        iterations.append(start + (n - 1) * grid.stride)
+        rows_r: list[float | None] = []
+        rows_e: list[float | None] = []
+        for param in params:
+            key = (grid.session, start, grid.stride, param, n)
+            known = cache.get(key)
+            if known is None:
+                chains = np.stack(
+                    [rows[first : first + n, RowLayout.POSITION + param] for rows in kept]
+                )
+                known = (_finite(rhat(chains)), _finite(ess_bulk(chains)))
+                cache.put(key, known)
+            rows_r.append(known[0])
+            rows_e.append(known[1])
+        r_hat.append(rows_r)
+        ess.append(rows_e)
     return {"iterations": iterations, "r_hat": r_hat, "ess_bulk": ess}
 
 

@@ -48,7 +48,12 @@ def _browser_or_skip() -> None:
 
 
 @pytest.fixture(scope="module")
-def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def serve_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("dashboard") / "serve.log"
+
+
+@pytest.fixture(scope="module")
+def service(serve_log: Path) -> Iterator[str]:
     from kameleon.service.config import hash_api_key
 
     _browser_or_skip()
@@ -59,8 +64,7 @@ def service(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         "KAMELEON_STORE": "memory",
         "KAMELEON_API_KEY_HASHES": json.dumps([hash_api_key(KEY)]),
     }
-    log = tmp_path_factory.mktemp("dashboard") / "serve.log"
-    with serving([KAMELEON, "serve"], env, port, log=log) as url:
+    with serving([KAMELEON, "serve"], env, port, log=serve_log) as url:
         yield url
 
 
@@ -217,6 +221,10 @@ def stuck(client: Client) -> Driven:
     run.steps(200)
     client.diagnostics(run.id)  # the summary then carries the latest warnings
     return run
+
+
+def test_serve_prints_the_dashboard_url(service: str, serve_log: Path) -> None:
+    assert f"dashboard at {service}/ui" in serve_log.read_text()
 
 
 def test_the_dashboard_lists_sessions_behind_the_api_key(

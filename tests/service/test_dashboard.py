@@ -180,8 +180,8 @@ def console_errors(browser: Any, expected: str = "\0") -> list[str]:
 def screenshot(browser: Any, path: Path) -> None:
     """The whole page, not only the window: the window made as tall as the page."""
     width = browser.get_window_size()["width"]
-    height = browser.execute_script("return document.documentElement.scrollHeight")
-    browser.set_window_size(width, min(3000, max(800, int(height) + 140)))
+    height = browser.execute_script("return document.body.scrollHeight")
+    browser.set_window_size(width, min(3000, max(360, int(height) + 140)))
     time.sleep(0.5)  # the plots redraw at their new size
     browser.save_screenshot(str(path))
     browser.set_window_size(width, 1000)

@@ -141,8 +141,9 @@ const Plots = (() => {
   function scatter(canvas, xName, yName, points) {
     const { ctx, width, height } = sized(canvas);
     const pad = { left: 44, right: 10, top: 10, bottom: 30 };
-    const xr = extent(points.map((p) => p[0]));
-    const yr = extent(points.map((p) => p[1]));
+    const padded = (r) => (r ? [r[0] - 0.03 * (r[1] - r[0]), r[1] + 0.03 * (r[1] - r[0])] : r);
+    const xr = padded(extent(points.map((p) => p[0])));
+    const yr = padded(extent(points.map((p) => p[1])));
     ctx.strokeStyle = "#bbb";
     ctx.strokeRect(pad.left, pad.top, width - pad.left - pad.right, height - pad.top - pad.bottom);
     ctx.fillStyle = "#333";

@@ -7,6 +7,7 @@
   const POLL_MS = 1500;
   const DIAGNOSTICS_MS = 3000; // diagnostics read every draw: at most this often
   const MAX_PICKED = 4;
+  const WARNINGS_SHOWN = 8;
 
   const sid = decodeURIComponent(location.pathname.replace(/\/+$/, "").split("/").pop());
   const base = `/sessions/${encodeURIComponent(sid)}`;
@@ -17,6 +18,7 @@
   let diagnostics = null;
   let diagnosedAt = 0;
   let diagnosedIterations = -1;
+  let diagnosing = false;
   let trace = null;
   let traceTag = null;
   let traceQuery = "";
@@ -231,8 +233,7 @@
     const box = document.getElementById("warnings");
     const list = document.getElementById("warning-list");
     box.hidden = !warnings || warnings.length === 0;
-    list.replaceChildren(
-      ...(warnings || []).map((w) => {
+    const item = (w) => {
         const where = [w.parameter !== null ? w.parameter : null, w.chain !== null ? `chain ${w.chain}` : null].filter((x) => x !== null).join(", ");
         return K.el(
           "li",
@@ -241,8 +242,17 @@
           where ? K.el("span", { class: "where", text: where }) : "",
           K.el("span", { text: w.message }),
         );
-      }),
-    );
+    };
+    const all = warnings || [];
+    const shown = all.slice(0, WARNINGS_SHOWN).map(item);
+    if (all.length > WARNINGS_SHOWN) {
+      const more = K.el("ul", {}, ...all.slice(WARNINGS_SHOWN).map(item));
+      const open = list.querySelector("details") && list.querySelector("details").open;
+      const details = K.el("details", {}, K.el("summary", { text: `${all.length - WARNINGS_SHOWN} more` }), more);
+      details.open = Boolean(open);
+      shown.push(K.el("li", { class: "more" }, details));
+    }
+    list.replaceChildren(...shown);
   }
 
   function renderDiagnostics(d, s) {
@@ -293,11 +303,25 @@
         renderHistograms(trace);
         renderPair(trace);
       }
-      if (s.iterations !== diagnosedIterations && now - diagnosedAt > DIAGNOSTICS_MS) {
-        diagnostics = (await K.get(base + "/diagnostics")).body;
-        diagnosedAt = now;
-        diagnosedIterations = s.iterations;
-        renderDiagnostics(diagnostics, s);
+      if (!diagnosing && s.iterations !== diagnosedIterations && now - diagnosedAt > DIAGNOSTICS_MS) {
+        // Not awaited: diagnostics read every draw (a minute for 64 x 100 000), and the
+        // traces go on updating meanwhile.
+        diagnosing = true;
+        K.get(base + "/diagnostics")
+          .then(({ body }) => {
+            diagnostics = body;
+            diagnosedAt = Date.now();
+            diagnosedIterations = s.iterations;
+            renderDiagnostics(body, summary);
+            renderAcceptance(summary, body);
+            renderWarnings(body.warnings);
+          })
+          .catch(() => {
+            diagnosedAt = Date.now(); // tried: the next poll after DIAGNOSTICS_MS retries
+          })
+          .finally(() => {
+            diagnosing = false;
+          });
       }
       renderAcceptance(s, diagnostics);
       renderWarnings(diagnostics ? diagnostics.warnings : s.warnings);

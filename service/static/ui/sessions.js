@@ -39,7 +39,7 @@
       if (summary.evaluations === previous.evaluations && summary.status === "done") rate = 0;
     }
     const d = diagnostics.get(summary.id);
-    const warnings = d ? d.codes : (summary.warnings || []).map((w) => w.code);
+    const warnings = d && d.codes ? d.codes : (summary.warnings || []).map((w) => w.code);
     return {
       id: summary.id,
       algorithm: summary.algorithm,
@@ -50,8 +50,8 @@
       iterations: summary.iterations,
       evaluations: summary.evaluations,
       rate,
-      rhat: d ? d.rhat : null,
-      ess: d ? d.ess : null,
+      rhat: d && d.codes ? d.rhat : null,
+      ess: d && d.codes ? d.ess : null,
       warnings,
       warningsText: warnings.join(" "),
       age: ageSeconds,
@@ -59,22 +59,34 @@
     };
   }
 
-  async function refreshDiagnostics(list, now) {
+  // Diagnostics read every draw (a minute for 64 x 100 000): asked in the background,
+  // a few sessions at a time, while the list goes on updating.
+  const diagnosing = new Set();
+  function refreshDiagnostics(list, now) {
     const due = list.filter((s) => {
       const d = diagnostics.get(s.id);
-      return !d || (d.iterations !== s.iterations && now - d.at > DIAGNOSTICS_MS);
+      return !diagnosing.has(s.id) && (!d || (d.iterations !== s.iterations && now - d.at > DIAGNOSTICS_MS));
     });
-    await Promise.all(
-      due.slice(0, 16).map(async (s) => {
-        try {
-          const { body } = await K.get(`/sessions/${encodeURIComponent(s.id)}/diagnostics`);
+    for (const s of due.slice(0, Math.max(0, 4 - diagnosing.size))) {
+      diagnosing.add(s.id);
+      K.get(`/sessions/${encodeURIComponent(s.id)}/diagnostics`)
+        .then(({ body }) => {
           const codes = body.warnings.map((w) => w.code);
-          diagnostics.set(s.id, { at: now, iterations: s.iterations, codes, ...K.worst(body) });
-        } catch (error) {
-          if (error instanceof K.AuthError) throw error;
-        }
-      }),
-    );
+          diagnostics.set(s.id, { at: Date.now(), iterations: s.iterations, codes, ...K.worst(body) });
+          const row = rows.get(s.id);
+          if (row) rows.set(s.id, { ...row, ...withDiagnostics(row, diagnostics.get(s.id)) });
+          render();
+        })
+        .catch(() => {
+          diagnostics.set(s.id, { ...(diagnostics.get(s.id) || { rhat: null, ess: null, codes: null }), at: Date.now(), iterations: -1 });
+        })
+        .finally(() => diagnosing.delete(s.id));
+    }
+  }
+
+  function withDiagnostics(row, d) {
+    if (!d || d.codes === null) return {};
+    return { rhat: d.rhat, ess: d.ess, warnings: d.codes, warningsText: d.codes.join(" ") };
   }
 
   function matches(row, text, status) {
@@ -142,11 +154,11 @@
     try {
       const list = await allSessions();
       const now = Date.now();
-      await refreshDiagnostics(list, now);
       const ids = new Set(list.map((s) => s.id));
       for (const id of rows.keys()) if (!ids.has(id)) rows.delete(id);
       for (const s of list) rows.set(s.id, model(s, now));
       render();
+      refreshDiagnostics(list, now);
       error.hidden = true;
       keys.clear();
       K.status(`live · ${new Date(now).toLocaleTimeString()}`, true);

@@ -448,6 +448,10 @@ def test_trace_picks_parameters_and_gives_running_diagnostics(
     assert_problem(response, 422)
     response = api.get(f"/v1/sessions/{sid}/trace", params={"points": 100_000})
     assert_problem(response, 422)
+    wide = sessions(chains=11)["id"]  # 11 x 10 000 points: over the 100 000 of a page
+    response = api.get(f"/v1/sessions/{wide}/trace", params={"points": 10_000})
+    assert_problem(response, 422)
+    assert response.json()["errors"][0]["field"] == "points"
 
 
 def test_trace_has_an_etag_that_changes_with_the_draws(api: TestClient, sessions: Any) -> None:

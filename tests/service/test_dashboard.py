@@ -187,10 +187,34 @@ def screenshot(browser: Any, path: Path) -> None:
     browser.set_window_size(width, 1000)
 
 
-def attribute(browser: Any, css: str, name: str) -> list[str]:
-    from selenium.webdriver.common.by import By
+def cells(browser: Any, session_id: str) -> list[str]:
+    """The texts of a session's row in the list (empty strings while it is not there)."""
+    texts: list[str] = browser.execute_script(
+        "const row = document.querySelector(`tr[data-session='${arguments[0]}']`);"
+        "return row ? [...row.cells].map((c) => c.textContent) : [];",
+        session_id,
+    )
+    return texts or [""] * 10
 
-    return [e.get_attribute(name) or "" for e in browser.find_elements(By.CSS_SELECTOR, css)]
+
+def attribute(browser: Any, css: str, name: str) -> list[str]:
+    """The attribute ``name`` of every element ``css`` selects, read in one call (the
+    pages redraw at every poll: an element found in one call may be gone in the next)."""
+    values: list[str] = browser.execute_script(
+        "return [...document.querySelectorAll(arguments[0])]"
+        ".map((e) => e.getAttribute(arguments[1]) || '');",
+        css,
+        name,
+    )
+    return values
+
+
+def texts(browser: Any, css: str) -> list[str]:
+    """The text of every element ``css`` selects, read in one call."""
+    values: list[str] = browser.execute_script(
+        "return [...document.querySelectorAll(arguments[0])].map((e) => e.textContent);", css
+    )
+    return values
 
 
 # -------------------------------------------------------------------------- tests
@@ -246,22 +270,12 @@ def test_the_dashboard_lists_sessions_behind_the_api_key(
             lambda run=run: browser.find_elements(By.CSS_SELECTOR, f'tr[data-session="{run.id}"]'),
             f"session {run.id} in the list",
         )
-    row = browser.find_element(By.CSS_SELECTOR, f'tr[data-session="{stuck.id}"]')
-    wait_until(lambda: "rhat" in row.text, "the stuck session's rhat warning in the list")
-    wait_until(
-        lambda: (
-            "–"
-            not in browser.find_element(
-                By.CSS_SELECTOR, f'tr[data-session="{converging.id}"]'
-            ).text.split()[6]
-        ),
-        "worst R-hat of the converging session",
-    )
-    cells = browser.find_element(By.CSS_SELECTOR, f'tr[data-session="{stuck.id}"]').find_elements(
-        By.TAG_NAME, "td"
-    )
-    assert cells[1].text == "rwm" and cells[3].text == "4 × 2"
-    rhat = cells[6].text
+    # The rows are redrawn at every poll: read a row's cells afresh, in one call.
+    wait_until(lambda: "rhat" in cells(browser, stuck.id)[8], "the stuck session's rhat warning")
+    wait_until(lambda: cells(browser, converging.id)[6] != "–", "the converging session's R-hat")
+    stuck_cells = wait_until(lambda: cells(browser, stuck.id), "the stuck session's row")
+    assert stuck_cells[1] == "rwm" and stuck_cells[3] == "4 × 2"
+    rhat = wait_until(lambda: cells(browser, stuck.id)[6].replace("–", ""), "its R-hat")
     assert rhat == "∞" or float(rhat) > 1.1, rhat
     # Filtering and sorting.
     browser.find_element(By.ID, "filter").send_keys("rwm")
@@ -309,10 +323,8 @@ def test_a_session_page_plots_one_series_per_chain_and_grows(
     assert int(attribute(browser, "#running-rhat", "data-points")[0]) >= 2
     assert len(browser.find_elements(By.CSS_SELECTOR, "#acceptance .bar-row")) == 4
     assert len(browser.find_elements(By.CSS_SELECTOR, "#histograms canvas")) == 3
-    rows = wait_until(
-        lambda: browser.find_elements(By.CSS_SELECTOR, "#diagnostics tbody tr"), "table"
-    )
-    assert [r.find_element(By.TAG_NAME, "td").text for r in rows] == ["alpha", "beta", "gamma"]
+    names = wait_until(lambda: texts(browser, "#diagnostics tbody tr td:first-child"), "table")
+    assert names == ["alpha", "beta", "gamma"]
     assert not browser.find_element(By.ID, "error").is_displayed()
     time.sleep(1.0)  # let the last poll draw
     screenshot(browser, shots / "dashboard-session.png")

@@ -4,6 +4,7 @@ ask for proposals with a lease, evaluate them and step, until the session is don
 from __future__ import annotations
 
 import math
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -21,7 +22,7 @@ from kameleon.models import Finding as ServiceFinding
 from kameleon.models import Proposal
 from kameleon.result import Result
 
-__all__ = ["core_finding", "served", "session_result"]
+__all__ = ["core_finding", "served", "session_page", "session_result"]
 
 
 class _Stop(Exception):
@@ -46,6 +47,8 @@ def served(
         raise ValueError("warmup + iterations must be positive")
     with connect() as client:
         session_id = _create(client, run, pseudo_marginal)
+        if run.progress:
+            print(f"kameleon: watch it at {session_page(client, session_id)}", file=sys.stderr)
         state = _Shared(bar=_Progress(run.chains * (run.warmup + run.iterations), run.progress))
         pool: Executor | None = (
             ProcessPoolExecutor(max_workers=workers) if parallel == "processes" else None
@@ -76,6 +79,11 @@ def served(
                 f"session {session_id} waits for a reset)"
             )
         return session_result(client, session_id, chains=run.chains, names=run.names)
+
+
+def session_page(client: Client, session_id: str) -> str:
+    """The session's page in the service's dashboard."""
+    return f"{client.url.removesuffix('/v1')}/ui/sessions/{session_id}"
 
 
 def _create(client: Client, run: _Run, pseudo_marginal: bool) -> str:

@@ -86,7 +86,8 @@ def sample(
         not, whatever ``workers``. ``None``: a random seed, recorded in the result.
     progress
         Show a progress bar (iterations, acceptance, evaluations per second, and the
-        largest R-hat when known).
+        largest R-hat when known); through a service, first the address of the
+        session's page in the service's dashboard (``<url>/ui/sessions/<id>``).
     stop
         A stopping rule such as ``{"rhat": 1.01, "ess": 400, "check_every": 1000}``:
         stop before ``iterations`` once it is met.

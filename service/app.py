@@ -18,7 +18,7 @@ from kameleon.service.config import Settings
 from kameleon.service.limits import BodySizeLimit
 from kameleon.service.observability import JsonFormatter, Metrics, RequestMetrics
 from kameleon.service.options import document_options
-from kameleon.service.routes import draws, health, operation_id, sampling, sessions
+from kameleon.service.routes import draws, health, operation_id, sampling, sessions, ui
 from kameleon.service.sessions import SessionService
 from kameleon.service.store.base import Store
 
@@ -116,7 +116,7 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
         lifespan=lifespan,
         generate_unique_id_function=operation_id,
         openapi_url="/v1/openapi.json",
-        docs_url="/v1/docs",
+        docs_url=None,  # served from packaged files by routes.ui
         redoc_url=None,
         strict_content_type=False,
         **_telemetry(settings),
@@ -133,6 +133,7 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
     app.include_router(draws.router, prefix="/v1")
     if settings.metrics:
         app.include_router(health.metrics_router)
+    ui.install(app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(RequestMetrics, metrics=metrics, log_requests=settings.log_requests)
     _problem_json_errors(app)

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from kameleon.service.config import Settings
 
-__all__ = ["is_loopback", "main"]
+__all__ = ["is_loopback", "main", "service_url"]
 
 #: The exit status of a configuration the service refuses to start with.
 EXIT_CONFIG = 2
@@ -107,6 +107,17 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(name).is_loopback
     except ValueError:
         return False
+
+
+def service_url(host: str, port: int) -> str:
+    """The URL a browser on this machine reaches a service bound to ``host`` at: an
+    address that binds every interface is reached at localhost."""
+    name = host.strip().strip("[]")
+    if name in ("", "0.0.0.0", "::"):
+        name = "localhost"
+    if ":" in name:
+        name = f"[{name}]"
+    return f"http://{name}:{port}"
 
 
 def _fail(message: str) -> int:
@@ -199,6 +210,8 @@ def _serve(args: argparse.Namespace) -> int:
     refused = _check_exposure(settings)
     if refused is not None:
         return refused
+    base = service_url(settings.host, settings.port)
+    print(f"kameleon: dashboard at {base}/ui (API explorer at {base}/v1/docs)", flush=True)
     import uvicorn
 
     from kameleon.service.http_protocol import ReadTimeoutProtocol

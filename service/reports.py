@@ -19,6 +19,9 @@ __all__ = [
     "ParameterDiagnostics",
     "ProblemDetail",
     "ProblemError",
+    "Trace",
+    "TraceChain",
+    "TraceRunning",
     "WarningCode",
     "WarningOut",
 ]
@@ -71,6 +74,41 @@ class DrawsPage(BaseModel):
         "(`draws?...`: resolve it against the URL you requested, as a browser resolves a "
         "link), or null on the last page."
     )
+
+
+class TraceChain(BaseModel):
+    chain: int
+    length: int = Field(description="Draws of this chain in the selection, before thinning.")
+    iterations: list[int] = Field(description="The kept draws' iterations (from 1).")
+    draws: list[list[float]] = Field(
+        description="One row per kept draw: the picked parameters, in the order of `params`."
+    )
+    log_density: list[float]
+
+
+class TraceRunning(BaseModel):
+    """Split R-hat and bulk ESS of the kept post-warm-up draws (chains cut to a common
+    length) at checkpoints: an ESS of the thinned draws, at most their number."""
+
+    iterations: list[int] = Field(description="Each checkpoint's last iteration.")
+    r_hat: list[list[float | None]] = Field(
+        description="Per checkpoint, per picked parameter; null where undefined."
+    )
+    ess_bulk: list[list[float | None]] = Field(
+        description="Per checkpoint, per picked parameter; null where undefined."
+    )
+
+
+class Trace(BaseModel):
+    param_names: list[str] = Field(description="Names of the picked parameters.")
+    params: list[int] = Field(description="Indices of the picked parameters.")
+    warmup: int
+    stride: int = Field(
+        description="Every chain keeps draws 0, stride, 2 stride, ... of its selection: the "
+        "smallest power of two that leaves at most `points` draws in the longest chain."
+    )
+    chains: list[TraceChain]
+    running: TraceRunning
 
 
 class ParameterDiagnostics(BaseModel):

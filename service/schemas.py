@@ -29,6 +29,7 @@ from kameleon.service.reports import (
     DrawsPage,
     Health,
     ProblemDetail,
+    Trace,
     WarningOut,
 )
 
@@ -54,6 +55,7 @@ __all__ = [
     "TellRequest",
     "TellResponse",
     "TellResult",
+    "Trace",
     "WarningOut",
 ]
 

@@ -30,6 +30,10 @@ def test_the_wheel_installs_kameleon_and_nothing_else(tmp_path: Path) -> None:
     assert {n.split("/")[0] for n in names if ".dist-info/" not in n} == {"kameleon"}
     assert "kameleon/service/store/apply.lua" in names
     assert "kameleon/core/samplers/am.py" in names
+    # The dashboard's files, its plotting library and that library's license.
+    for name in ("index.html", "session.js", "dashboard.css", "vendor/uPlot.iife.min.js"):
+        assert f"kameleon/service/static/ui/{name}" in names
+    assert "kameleon/service/static/ui/vendor/uPlot-LICENSE" in names
 
     env_dir = tmp_path / "env"
     venv.create(env_dir, with_pip=True)

@@ -7,7 +7,8 @@ from typing import Annotated, Literal
 from urllib.parse import urlencode
 
 import numpy as np
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Header, Query, Request
+from pydantic import Field
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
@@ -15,8 +16,9 @@ from kameleon.service import errors
 from kameleon.service.deps import OwnerDep, SessionsDep, SettingsDep
 from kameleon.service.jsonio import JSON
 from kameleon.service.routes import problems
-from kameleon.service.schemas import Diagnostics, DrawsPage
+from kameleon.service.schemas import Diagnostics, DrawsPage, Trace
 from kameleon.service.sessions.draws import ChainSlice, DrawsQuery, RowLayout
+from kameleon.service.sessions.trace import TraceQuery
 
 router = APIRouter(prefix="/sessions/{session_id}", tags=["draws"])
 
@@ -173,3 +175,48 @@ async def get_diagnostics(session_id: str, sessions: SessionsDep, owner: OwnerDe
     last time, else answered from the store; the session summary shows the latest
     warnings."""
     return JSON(await sessions.diagnostics_of(session_id, owner))
+
+
+@router.get(
+    "/trace",
+    name="get_trace",
+    response_model=Trace,
+    responses={
+        **problems(404, 422),
+        304: {"description": "Not modified: the draws are those of the ETag in If-None-Match."},
+    },
+)
+async def get_trace(
+    session_id: str,
+    sessions: SessionsDep,
+    owner: OwnerDep,
+    settings: SettingsDep,
+    points: Annotated[int, Query(ge=2, le=10_000, description="Most draws kept per chain.")] = 500,
+    include_warmup: bool = False,
+    param: Annotated[
+        list[Annotated[int, Field(ge=0)]] | None,
+        Query(description="Parameters to keep, by index (repeat); default all."),
+    ] = None,
+    checkpoints: Annotated[
+        int, Query(ge=1, le=200, description="Most checkpoints of the running R-hat and ESS.")
+    ] = 20,
+    if_none_match: Annotated[str | None, Header(max_length=4096)] = None,
+) -> Response:
+    """Every chain's draws (post-warm-up unless ``include_warmup``) thinned by one
+    power-of-two ``stride`` to at most ``points`` per chain, the picked parameters and
+    the log density, and split R-hat and bulk ESS of the kept post-warm-up draws at up
+    to ``checkpoints`` lengths: what a plot of a long run needs, without paging through
+    its draws. The ETag changes whenever the draws do; send it back in
+    ``If-None-Match`` to get 304 while nothing changed."""
+    meta = await sessions.meta(session_id, owner)
+    if points * meta.chains > settings.max_draws_page_size:
+        raise errors.Unprocessable(
+            f"points x chains is over the limit of {settings.max_draws_page_size}",
+            field="points",
+        )
+    query = TraceQuery(points, include_warmup, tuple(param or ()), checkpoints)
+    tag, doc = await sessions.trace(session_id, owner, query, if_none_match)
+    headers = {"ETag": tag, "Cache-Control": "no-cache"}
+    if doc is None:
+        return Response(status_code=304, headers=headers)
+    return JSON(doc, headers=headers)

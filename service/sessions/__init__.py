@@ -25,9 +25,16 @@ from kameleon.service.sessions.catalog import Catalog, chain_summary
 from kameleon.service.sessions.chains import Chains
 from kameleon.service.sessions.diagnostics import Diagnostics
 from kameleon.service.sessions.draws import ChainSlice, DrawsQuery, read_slices
-from kameleon.service.sessions.errors import NotFound
+from kameleon.service.sessions.errors import Invalid, NotFound
 from kameleon.service.sessions.meta import SessionMeta
 from kameleon.service.sessions.stepping import Result, Stepper
+from kameleon.service.sessions.trace import (
+    RunningCache,
+    TraceQuery,
+    chain_lengths,
+    etag,
+    read_trace,
+)
 from kameleon.service.sessions.waiting import Waiting
 from kameleon.service.store.base import SessionNotFound, Store
 
@@ -56,6 +63,7 @@ class SessionService:
         self.diagnostics = Diagnostics(store)
         self.stepper = Stepper(store, settings, chains, self.diagnostics)
         self.waiting = Waiting()
+        self.running = RunningCache()
         #: Told every answer of ask, tell and step (the app's metrics), if set.
         self.observe: Observer | None = None
 
@@ -177,6 +185,31 @@ class SessionService:
         """One page of draws (see :func:`.draws.read_slices`)."""
         with self._gone(meta.id):
             return await read_slices(self.store, meta, query, page_rows)
+
+    async def trace(
+        self, session_id: str, owner: str, query: TraceQuery, if_none_match: str | None
+    ) -> tuple[str, dict[str, Any] | None]:
+        """The trace (:mod:`.trace`) and its ETag; ``None`` for the trace when
+        ``if_none_match`` names that ETag (the caller has it already)."""
+        with self._gone(session_id):
+            meta = await self.catalog.meta(session_id, owner)
+            for p in query.params:
+                if p >= meta.dim:
+                    raise Invalid(f"no parameter {p} in a session of dim {meta.dim}", field="param")
+            lengths = await chain_lengths(self.store, meta)
+            tag = etag(meta, lengths, query)
+            if if_none_match is not None and _matches(if_none_match, tag):
+                return tag, None
+            params = query.params or tuple(range(meta.dim))
+            query = TraceQuery(query.points, query.include_warmup, params, query.checkpoints)
+            return tag, await read_trace(self.store, meta, lengths, query, self.running)
+
+
+def _matches(if_none_match: str, tag: str) -> bool:
+    """Whether an ``If-None-Match`` header names ``tag`` (weak comparison, RFC 9110)."""
+    if if_none_match.strip() == "*":
+        return True
+    return tag in {t.strip().removeprefix("W/") for t in if_none_match.split(",")}
 
 
 class _Gone:

@@ -360,6 +360,20 @@ class Store(abc.ABC):
         ``stop <= start``) of a chain's draws, each ``row_bytes`` long, without reading
         the others."""
 
+    async def read_draws_strided(
+        self, session_id: str, chain: int, start: int, stop: int, step: int, row_bytes: int
+    ) -> bytes:
+        """Rows ``start, start + step, ...`` below ``stop`` (clipped to those there are)
+        of a chain's draws, concatenated, without reading the rows between them. This
+        default reads row by row; the stores read them in one go."""
+        if step <= 1:
+            return await self.read_draws(session_id, chain, start, stop, row_bytes)
+        parts = [
+            await self.read_draws(session_id, chain, row, row + 1, row_bytes)
+            for row in range(start, stop, step)
+        ]
+        return b"".join(parts)
+
     @abc.abstractmethod
     async def stop(self, session_id: str, reason: str) -> str:
         """Mark the session stopped for ``reason`` unless it is stopped already, and

@@ -275,6 +275,17 @@ class MemoryStore(Store):
             session = self._get(session_id)
             return bytes(session.draws[chain][start * row_bytes : stop * row_bytes])
 
+    async def read_draws_strided(
+        self, session_id: str, chain: int, start: int, stop: int, step: int, row_bytes: int
+    ) -> bytes:
+        with self._lock:
+            data = self._get(session_id).draws[chain]
+            stop = min(stop, len(data) // row_bytes)
+            return b"".join(
+                data[row * row_bytes : (row + 1) * row_bytes]
+                for row in range(start, stop, max(1, step))
+            )
+
     async def stop(self, session_id: str, reason: str) -> str:
         with self._lock:
             session = self._get(session_id)

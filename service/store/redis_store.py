@@ -493,6 +493,24 @@ class RedisStore(Store):
         return raw
 
     @unavailable
+    async def read_draws_strided(
+        self, session_id: str, chain: int, start: int, stop: int, step: int, row_bytes: int
+    ) -> bytes:
+        if step <= 1:
+            return await self.read_draws(session_id, chain, start, stop, row_bytes)
+        rows = range(start, stop, step)
+        if not rows:
+            return b""
+        key = self._keys(session_id).chain(chain)[2]
+        async with self.client.pipeline(transaction=False) as pipe:
+            for row in rows:
+                pipe.getrange(key, row * row_bytes, (row + 1) * row_bytes - 1)
+            parts = cast(list[bytes], await pipe.execute())
+        if not parts[0] and not await self.client.exists(key):
+            raise SessionNotFound(session_id)
+        return b"".join(parts)
+
+    @unavailable
     async def touch(self, session_id: str) -> None:
         keys = self._keys(session_id)
         chains, _ = await self._session(keys)

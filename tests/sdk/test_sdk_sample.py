@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+import re
 import warnings
 
 import numpy as np
@@ -184,6 +185,8 @@ def test_the_progress_bar_runs(server: str, capsys: pytest.CaptureFixture[str]) 
         err = capsys.readouterr().err
         assert "sampling" in err and "eval/s" in err, url
         assert "300/300" in err if url is not None else "302/302" in err
+        if url is not None:  # the session's page in the dashboard, first
+            assert re.search(rf"watch it at {re.escape(url)}/ui/sessions/\w+", err), err
 
 
 def test_a_stopping_rule_ends_both_runs_at_the_same_draw(server: str) -> None:

@@ -455,6 +455,79 @@ def test_diagnostics_have_the_documented_fields(api: TestClient, sampled: str) -
         assert c["acceptance_rate"] is None or 0 <= c["acceptance_rate"] <= 1
 
 
+def test_trace_thins_every_chain_by_one_power_of_two_stride(api: TestClient, sessions: Any) -> None:
+    """'Each chain's selected draws are thinned by stride, the same for every chain: the
+    smallest power of two that leaves at most points draws in the longest chain. A chain
+    gives its draws 0, stride, 2 stride, ... of them; iterations names them.'"""
+    sid = sessions(chains=2, warmup=5, max_iterations=40)["id"]
+    proposals = ask(api, sid, max=2)
+    while proposals:
+        answer = post(api, sid, "step", {"results": [value(p) for p in proposals], "max": 2})
+        proposals = answer["proposals"]
+    full = api.get(f"/v1/sessions/{sid}/draws", params={"include_warmup": "true"}).json()
+    trace = api.get(
+        f"/v1/sessions/{sid}/trace", params={"points": 12, "include_warmup": "true"}
+    ).json()
+    assert trace["stride"] == 4 and trace["params"] == [0, 1] and trace["warmup"] == 5
+    for mine, every in zip(trace["chains"], full["chains"], strict=True):
+        assert mine["length"] == 40
+        assert mine["iterations"] == every["iterations"][::4] == list(range(1, 41, 4))
+        assert mine["draws"] == every["draws"][::4]
+        assert mine["log_density"] == every["log_density"][::4]
+    post_warmup = api.get(f"/v1/sessions/{sid}/trace", params={"points": 35}).json()
+    assert post_warmup["stride"] == 1
+    assert post_warmup["chains"][0]["iterations"] == list(range(6, 41))
+
+
+def test_trace_picks_parameters_and_gives_running_diagnostics(
+    api: TestClient, sessions: Any, assert_problem: ProblemCheck
+) -> None:
+    """'param (repeated) picks parameters by index; draws has one row per kept draw with
+    the picked parameters in that order.' 'running gives split R-hat and bulk ESS of each
+    picked parameter at up to checkpoints post-warm-up lengths.'"""
+    sid = sessions(dim=3, chains=3, warmup=2, max_iterations=30, param_names=["a", "b", "c"])["id"]
+    proposals = ask(api, sid, max=3)
+    while proposals:
+        answer = post(api, sid, "step", {"results": [value(p) for p in proposals], "max": 3})
+        proposals = answer["proposals"]
+    full = api.get(f"/v1/sessions/{sid}/draws").json()
+    trace = api.get(
+        f"/v1/sessions/{sid}/trace", params=[("param", 2), ("param", 0), ("checkpoints", 4)]
+    ).json()
+    assert trace["param_names"] == ["c", "a"] and trace["params"] == [2, 0]
+    assert trace["chains"][1]["draws"] == [[d[2], d[0]] for d in full["chains"][1]["draws"]]
+    running = trace["running"]
+    assert 1 <= len(running["iterations"]) <= 4 and running["iterations"][-1] == 30
+    assert running["iterations"] == sorted(running["iterations"])
+    for rows in (running["r_hat"], running["ess_bulk"]):
+        assert len(rows) == len(running["iterations"]) and all(len(r) == 2 for r in rows)
+    assert all(v is None or v > 0 for r in running["ess_bulk"] for v in r)
+    response = api.get(f"/v1/sessions/{sid}/trace", params={"param": 3})
+    assert_problem(response, 422)
+    response = api.get(f"/v1/sessions/{sid}/trace", params={"points": 100_000})
+    assert_problem(response, 422)
+    wide = sessions(chains=11)["id"]  # 11 x 10 000 points: over the 100 000 of a page
+    response = api.get(f"/v1/sessions/{wide}/trace", params={"points": 10_000})
+    assert_problem(response, 422)
+    assert response.json()["errors"][0]["field"] == "points"
+
+
+def test_trace_has_an_etag_that_changes_with_the_draws(api: TestClient, sessions: Any) -> None:
+    """'The answer carries an ETag that changes whenever the draws do; a request with
+    If-None-Match naming it gets 304 with no body.'"""
+    sid = sessions(warmup=0)["id"]
+    proposals = started(api, sid)
+    url = f"/v1/sessions/{sid}/trace"
+    first = api.get(url)
+    tag = first.headers["etag"]
+    again = api.get(url, headers={"If-None-Match": tag})
+    assert again.status_code == 304 and again.content == b""
+    post(api, sid, "tell", {"results": [value(p) for p in proposals]})
+    changed = api.get(url, headers={"If-None-Match": tag})
+    assert changed.status_code == 200 and changed.headers["etag"] != tag
+    assert [len(c["iterations"]) for c in changed.json()["chains"]] == [1, 1]
+
+
 # ------------------------------------------------------------------------------ errors
 
 

@@ -75,11 +75,14 @@ __all__ = [
     "CHAIN_Z_MAX",
     "CODES",
     "ESS_PER_CHAIN_MIN",
+    "HINTS",
     "RHAT_MAX",
     "Finding",
     "SamplingWarning",
     "StopRule",
     "check",
+    "group",
+    "grouped_lines",
     "longest_run",
     "stuck_threshold",
 ]
@@ -154,6 +157,85 @@ class Finding:
     def as_dict(self) -> dict[str, Any]:
         """The finding as a plain dictionary."""
         return asdict(self)
+
+
+HINTS: dict[str, str] = {
+    "too_few_draws": "run more iterations after warm-up",
+    "nonfinite": "check that the log density is finite wherever it is not -inf",
+    "rhat": "run longer (more warm-up and iterations); if it persists, the chains may be "
+    "in different modes: look at them one by one",
+    "ess_bulk": "run more iterations, or try another algorithm (a kernel sampler on a bent target)",
+    "ess_tail": "run more iterations, or try another algorithm (a kernel sampler on a bent target)",
+    "acceptance_low": "run a longer warm-up so that the step size adapts, or start "
+    "closer to the mode",
+    "acceptance_high": "run a longer warm-up so that the step size adapts",
+    "stuck": "run a longer warm-up; with pseudo-marginal estimates, lower their variance",
+    "chain_mean": "run longer; if it persists, that chain found another mode",
+}
+"""What to try, per code: one line each."""
+
+
+def group(findings: Sequence[Finding]) -> list[Finding]:
+    """One finding per code (in :data:`CODES` order): the parameters and chains it
+    concerns named in one message, the worst value, and :data:`HINTS`' line of what to
+    try. A code met once keeps its own message."""
+    grouped = []
+    for code in [*CODES, *sorted({f.code for f in findings} - set(CODES))]:
+        same = [f for f in findings if f.code == code]
+        if not same:
+            continue
+        params = list(dict.fromkeys(f.parameter for f in same if f.parameter is not None))
+        chains = list(dict.fromkeys(f.chain for f in same if f.chain is not None))
+        where = []
+        if params:
+            where.append(("parameter " if len(params) == 1 else "parameters ") + ", ".join(params))
+        if chains:
+            where.append(
+                ("chain " if len(chains) == 1 else "chains ") + ", ".join(map(str, chains))
+            )
+        first = same[0]
+        message = (
+            first.message if len(same) == 1 else f"{_TITLES.get(code, code)}: {'; '.join(where)}"
+        )
+        hint = HINTS.get(code)
+        values = [f.value for f in same]
+        worst = max(values, key=lambda v: abs(v) if not math.isnan(v) else -1.0)
+        grouped.append(
+            Finding(
+                code,
+                params[0] if len(params) == 1 else None,
+                chains[0] if len(chains) == 1 else None,
+                worst,
+                first.threshold,
+                message + (f" (try: {hint})" if hint else ""),
+            )
+        )
+    return grouped
+
+
+_TITLES = {
+    "too_few_draws": "too few post-warm-up draws",
+    "nonfinite": "NaN or infinite draws",
+    "rhat": "R-hat above 1.01, the chains do not agree yet",
+    "ess_bulk": "bulk ESS under 100 per chain",
+    "ess_tail": "tail ESS under 100 per chain",
+    "acceptance_low": "acceptance under 5% after warm-up",
+    "acceptance_high": "acceptance over 95% after warm-up",
+    "stuck": "a chain did not move for too long",
+    "chain_mean": "a chain's mean is far from the others'",
+}
+
+
+def grouped_lines(findings: Sequence[Finding]) -> list[str]:
+    """The warnings for a person: one line per code with the parameters and chains it
+    concerns, and one line of what to try."""
+    lines = []
+    for g in group(findings):
+        text, _, hint = g.message.partition(" (try: ")
+        lines.append(f"warning [{g.code}]: {text}")
+        if hint:
+            lines.append(f"    try: {hint.removesuffix(')')}")
+    return lines
 
 
 def stuck_threshold(draws: int) -> int:

@@ -16,6 +16,7 @@ a run's output (effective sample size, R-hat, standard errors) are in
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Mapping, Sequence
 from types import ModuleType
@@ -27,20 +28,43 @@ import numpy.typing as npt
 from kameleon.core import DEFAULT_ALGORITHM, SAMPLERS
 from kameleon.core.base import FloatArray
 from kameleon.core.checks import SamplingWarning, StopRule, check
+from kameleon.core.defaults import CHAINS, ITERATIONS, WARMUP
 from kameleon.core.diagnostics import summarize
 from kameleon.core.initial import DEFAULT_MAX_ATTEMPTS
 from kameleon.core.linalg import single_threaded_blas
-from kameleon.core.runner import ChainResult, LogDensityFn, Runner, advance_together
+from kameleon.core.memory import describe, inprocess_bytes
+from kameleon.core.runner import (
+    ChainResult,
+    EvaluateMany,
+    LogDensityFn,
+    Runner,
+    advance_together,
+)
 
 __all__ = [
     "ChainResult",
+    "Interrupted",
     "SamplingWarning",
     "StopRule",
     "advance_together",
+    "memory_limit",
     "run_chain",
     "sample",
     "sample_chains",
 ]
+
+
+class Interrupted(UserWarning):
+    """A run interrupted (Ctrl-C) returned the draws it had made."""
+
+
+def memory_limit() -> int:
+    """What an in-process run may need by default: half of this machine's physical
+    memory (1 GiB if it cannot be read)."""
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")) // 2
+    except (ValueError, OSError, AttributeError):
+        return 2**30
 
 
 def run_chain(
@@ -109,9 +133,9 @@ def sample(
     dim: int,
     *,
     algorithm: str = DEFAULT_ALGORITHM,
-    chains: int = 4,
-    iterations: int = 2000,
-    warmup: int = 1000,
+    chains: int = CHAINS,
+    iterations: int = ITERATIONS,
+    warmup: int = WARMUP,
     initial: npt.ArrayLike | None = None,
     initial_radius: float | None = None,
     max_initial_attempts: int = DEFAULT_MAX_ATTEMPTS,
@@ -146,9 +170,9 @@ def sample_chains(
     dim: int,
     *,
     algorithm: str = DEFAULT_ALGORITHM,
-    chains: int = 4,
-    iterations: int = 2000,
-    warmup: int = 1000,
+    chains: int = CHAINS,
+    iterations: int = ITERATIONS,
+    warmup: int = WARMUP,
     initial: npt.ArrayLike | None = None,
     initial_radius: float | None = None,
     max_initial_attempts: int = DEFAULT_MAX_ATTEMPTS,
@@ -156,6 +180,8 @@ def sample_chains(
     options: Mapping[str, Any] | None = None,
     stop: StopRule | Mapping[str, Any] | None = None,
     warn: bool = True,
+    evaluate_many: EvaluateMany | None = None,
+    max_bytes: int | None = None,
 ) -> list[ChainResult]:
     """Every chain of :func:`sample`'s run, warm-up included: one :class:`ChainResult`
     per chain, with what each transition told, accepted and cached (the parameters are
@@ -202,11 +228,20 @@ def sample_chains(
     warn
         Check the draws (see :func:`core.checks.check`) and emit each problem found as a
         :class:`~core.checks.SamplingWarning`.
+    evaluate_many
+        Evaluates the log densities of every chain's proposal of an iteration in one call
+        (a thread or process pool, or one vectorised call); default: ``logdensity_fn``
+        once per chain. The initial points are evaluated by ``logdensity_fn``.
+    max_bytes
+        Refuse, before allocating, a run whose memory (:func:`core.memory.inprocess_bytes`,
+        the service's model of a chain plus the recorded rows) would pass this; default
+        :func:`memory_limit`.
 
     Returns
     -------
     list of ChainResult
-        One per chain, warm-up included.
+        One per chain, warm-up included. Interrupted (Ctrl-C) after every chain's
+        initial point, the transitions made so far, with an :class:`Interrupted` warning.
     """
     if algorithm not in SAMPLERS:
         raise ValueError(
@@ -225,6 +260,14 @@ def sample_chains(
     names = [f"x{i}" for i in range(dim)]
     with single_threaded_blas():  # reproducible arithmetic (core.linalg)
         params = sampler.make_params(dim, options or {}, warmup=warmup)
+        need = inprocess_bytes(algorithm, dim, chains, params, total)
+        limit = memory_limit() if max_bytes is None else max_bytes
+        if need > limit:
+            raise ValueError(
+                f"this run would need about {describe(need)} of memory for its {chains} "
+                f"chain(s) of {algorithm} in {dim} dimensions and their {total} iterations; "
+                f"the limit is {describe(limit)} (max_bytes)"
+            )
 
         def runner(c: int) -> Runner:
             return Runner(
@@ -237,20 +280,31 @@ def sample_chains(
                 chain=c,
                 initial_radius=initial_radius,
                 max_initial_attempts=max_initial_attempts,
+                evaluate_many=evaluate_many,
             )
 
         runners = [runner(c) for c in range(chains)]
-        if rule is None:
-            advance_together(runners, total)
-        else:
-            advance_together(runners, warmup)
-            kept = 0
-            while kept < iterations:
-                more = min(rule.check_every, iterations - kept)
-                advance_together(runners, more)
-                kept += more
-                if kept < iterations and rule.met(summarize(_post(runners, warmup), names)):
-                    break
+        try:
+            if rule is None:
+                advance_together(runners, total)
+            else:
+                advance_together(runners, warmup)
+                kept = 0
+                while kept < iterations:
+                    more = min(rule.check_every, iterations - kept)
+                    advance_together(runners, more)
+                    kept += more
+                    if kept < iterations and rule.met(summarize(_post(runners, warmup), names)):
+                        break
+        except KeyboardInterrupt:
+            n = runners[0].n
+            warnings.warn(
+                Interrupted(
+                    f"interrupted after {n} of {total} iterations per chain "
+                    f"({max(0, n - warmup)} after warm-up): returning the draws so far"
+                ),
+                stacklevel=3,
+            )
         draws = _post(runners, warmup)
         if warn:
             acceptance = [

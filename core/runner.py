@@ -15,9 +15,12 @@ from kameleon.core.base import FloatArray, StepInfo, frozen_array
 from kameleon.core.batch import accept_block, ask_many, tell_many
 from kameleon.core.initial import DEFAULT_MAX_ATTEMPTS, initial_point, redraw, start_radius
 
-__all__ = ["ChainResult", "LogDensityFn", "Runner", "advance_together"]
+__all__ = ["ChainResult", "EvaluateMany", "LogDensityFn", "Runner", "advance_together"]
 
 LogDensityFn = Callable[[FloatArray], float]
+#: Evaluates the log density at every chain's proposal of one iteration at once (in
+#: parallel, or in one vectorised call); the values in the order of the points.
+EvaluateMany = Callable[[list[FloatArray]], list[float]]
 
 
 @dataclass(frozen=True, eq=False)
@@ -63,8 +66,10 @@ class Runner:
         chain: int,
         initial_radius: float | None = None,
         max_initial_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        evaluate_many: EvaluateMany | None = None,
     ) -> None:
         self.sampler, self.params, self.logdensity_fn = sampler, params, logdensity_fn
+        self.evaluate_many = evaluate_many
         radius = start_radius(initial is not None, initial_radius)
         if max_initial_attempts < 1:
             raise ValueError("max_initial_attempts must be positive")
@@ -131,30 +136,43 @@ def advance_together(runners: Sequence[Runner], transitions: int) -> None:
     streams of many iterations drawn at once (:func:`core.batch.accept_block`). Each
     chain's draws are those it would make alone; only the order of the log-density
     calls differs. Every chain has its initial point and has made as many transitions
-    as the others."""
+    as the others. With the first runner's ``evaluate_many``, an iteration's log
+    densities are asked of it in one call.
+
+    Interrupted (``KeyboardInterrupt``), every chain keeps the transitions that every
+    chain completed, and the interruption goes on up."""
     if not runners:
         return
     sampler, params, fn = runners[0].sampler, runners[0].params, runners[0].logdensity_fn
+    many = runners[0].evaluate_many
     states = [r.state for r in runners]
     first = runners[0].n + 1  # the iteration of every chain's next proposal
     batched = getattr(sampler, "METROPOLIS_ADAPT", None) is not None
     block: Any = None
-    for step in range(transitions):
-        if step % _BLOCK == 0 and batched:
-            block = accept_block(states, first + step, min(_BLOCK, transitions - step)).tolist()
-        proposals = ask_many(sampler, states, params)
-        values = [float(fn(p.position)) for p in proposals]
-        told = tell_many(
-            sampler,
-            states,
-            params,
-            proposals,
-            values,
-            accept=block[step % _BLOCK] if batched else None,
-        )
-        for k, (runner, value, (state, info)) in enumerate(zip(runners, values, told, strict=True)):
-            runner.record(runner.n + step, value, state, info)
-            states[k] = state
-    for runner, state in zip(runners, states, strict=True):
-        runner.state = state
-        runner.n += transitions
+    done = 0
+    try:
+        for step in range(transitions):
+            if step % _BLOCK == 0 and batched:
+                block = accept_block(states, first + step, min(_BLOCK, transitions - step))
+                block = block.tolist()
+            proposals = ask_many(sampler, states, params)
+            if many is not None:
+                values = [float(v) for v in many([p.position for p in proposals])]
+            else:
+                values = [float(fn(p.position)) for p in proposals]
+            told = tell_many(
+                sampler,
+                states,
+                params,
+                proposals,
+                values,
+                accept=block[step % _BLOCK] if batched else None,
+            )
+            for runner, value, (state, info) in zip(runners, values, told, strict=True):
+                runner.record(runner.n + step, value, state, info)
+            states = [state for state, _ in told]
+            done = step + 1
+    finally:
+        for runner, state in zip(runners, states, strict=True):
+            runner.state = state
+            runner.n += done

@@ -23,6 +23,7 @@ except PackageNotFoundError:  # pragma: no cover - running from a source tree
 if TYPE_CHECKING:
     from kameleon.client import AsyncClient, Client
     from kameleon.core.checks import SamplingWarning
+    from kameleon.core.run import Interrupted
     from kameleon.errors import (
         BadRequest,
         Conflict,
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
 _LAZY = {
     "AsyncClient": "kameleon.client",
     "Client": "kameleon.client",
+    "Interrupted": "kameleon.core.run",
     "Result": "kameleon.result",
     "SamplingWarning": "kameleon.core.checks",
     "sample": "kameleon.sampling",
@@ -65,6 +67,7 @@ __all__ = [
     "Client",
     "Conflict",
     "Forbidden",
+    "Interrupted",
     "Invalid",
     "KameleonError",
     "NotFound",

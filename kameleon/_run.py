@@ -92,3 +92,16 @@ class _Progress:
         if self._bar is not None:
             self.draw(force=True)
             self._bar.close()
+
+
+def single_threaded_worker() -> None:
+    """A pool process's initializer: one BLAS thread, so that ``workers`` processes
+    evaluating at once do not each start a thread per core (OpenBLAS's default), which
+    oversubscribes the machine and can make each evaluation many times slower."""
+    import os
+
+    for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[name] = "1"
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(limits=1, user_api="blas")

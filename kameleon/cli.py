@@ -8,6 +8,7 @@
     kameleon sessions list | show ID | delete ID      [--url URL] [--api-key KEY] [--json]
     kameleon export ID --format csv|npy|getdist|netcdf --out PATH [--include-warmup]
     kameleon run MODULE:FUNCTION --dim D [--url URL] [--workers N] [--chains C] ...
+    kameleon run MODULE:FUNCTION --session ID --url URL [--workers N]
     kameleon drive-umbridge --url URL --session ID --model-url URL [--model NAME] ...
 
 The client commands take the service's address from ``--url`` or ``KAMELEON_URL``
@@ -30,6 +31,8 @@ from typing import Any
 
 import numpy as np
 
+from kameleon._protocol import DEFAULT_URL
+from kameleon.core.defaults import CHAINS, ITERATIONS, WARMUP
 from kameleon.remote import session_result
 
 __all__ = ["main"]
@@ -73,16 +76,31 @@ def _parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="sample a Python log density (in process, or on --url)")
     run.add_argument("target", help="MODULE:FUNCTION, a log density of one numpy array")
-    run.add_argument("--dim", type=int, required=True)
+    run.add_argument("--dim", type=int, default=None, help="dimension (not with --session)")
     run.add_argument("--algorithm", default="am")
-    run.add_argument("--chains", type=int, default=4)
-    run.add_argument("--iterations", type=int, default=2000, help="draws after warm-up")
-    run.add_argument("--warmup", type=int, default=1000)
+    run.add_argument("--chains", type=int, default=CHAINS, help=f"chains (default {CHAINS})")
+    run.add_argument(
+        "--iterations",
+        type=int,
+        default=ITERATIONS,
+        help=f"draws kept per chain after warm-up (default {ITERATIONS})",
+    )
+    run.add_argument(
+        "--warmup",
+        type=int,
+        default=WARMUP,
+        help=f"warm-up iterations per chain (default {WARMUP})",
+    )
     run.add_argument("--workers", type=int, default=1, help="parallel evaluations (with --url)")
     run.add_argument("--seed", type=int, default=None)
     run.add_argument("--pseudo-marginal", action="store_true")
     run.add_argument("--no-progress", action="store_true")
     run.add_argument("--out", help="write the draws as CSV here")
+    run.add_argument(
+        "--session",
+        default=None,
+        help="join this session on --url (more workers, or go on after an interruption)",
+    )
     _client_options(run)
 
     from kameleon.umbridge import add_command
@@ -94,7 +112,13 @@ def _parser() -> argparse.ArgumentParser:
 def _client(args: argparse.Namespace) -> Any:
     from kameleon.client import Client
 
-    return Client(args.url, api_key=args.api_key, retry_seconds=10.0)
+    # An interactive command gives up at once: one line naming the URL, not a minute of
+    # retries (the sampling loop of `run` keeps retrying).
+    return Client(args.url, api_key=args.api_key, retry_seconds=0.0)
+
+
+def _url(args: argparse.Namespace) -> str:
+    return str(getattr(args, "url", None) or os.environ.get("KAMELEON_URL") or DEFAULT_URL)
 
 
 def _print_json(value: Any) -> None:
@@ -172,28 +196,46 @@ def _load_target(spec: str) -> Callable[[Any], float]:
 
 
 def _run(args: argparse.Namespace) -> int:
-    import kameleon
+    import warnings
 
-    result = kameleon.sample(
-        _load_target(args.target),
-        dim=args.dim,
-        algorithm=args.algorithm,
-        chains=args.chains,
-        iterations=args.iterations,
-        warmup=args.warmup,
-        url=args.url,
-        workers=args.workers,
-        seed=args.seed,
-        progress=not args.no_progress,
-        pseudo_marginal=args.pseudo_marginal,
-        api_key=args.api_key,
-    )
+    import kameleon
+    from kameleon.core.checks import SamplingWarning
+    from kameleon.core.run import Interrupted
+
+    if args.session and not args.url and not os.environ.get("KAMELEON_URL"):
+        raise ValueError("--session joins a session on a service: give --url too")
+    url = args.url or (os.environ.get("KAMELEON_URL") if args.session else None)
+    if args.session is None and args.dim is None:
+        raise ValueError("give --dim (or --session to join a session)")
+    with warnings.catch_warnings(record=True) as caught:
+        # The summary below prints the convergence warnings, grouped: once, not also
+        # as Python warnings.
+        warnings.simplefilter("ignore", SamplingWarning)
+        warnings.simplefilter("always", Interrupted)
+        result = kameleon.sample(
+            _load_target(args.target),
+            dim=args.dim,
+            algorithm=args.algorithm,
+            chains=args.chains,
+            iterations=args.iterations,
+            warmup=args.warmup,
+            url=url,
+            workers=args.workers,
+            seed=args.seed,
+            progress=not args.no_progress,
+            pseudo_marginal=args.pseudo_marginal,
+            api_key=args.api_key,
+            session=args.session,
+        )
     where = f"session {result.session} on {result.url}" if result.session else "in process"
     print(f"{result.algorithm}, {result.chains} chains x {result.draws.shape[1]} draws, {where}")
     print(result.summary())
     if args.out:
         print(f"wrote {result.to_csv(args.out)}")
-    return 0
+    interrupted = [w for w in caught if issubclass(w.category, Interrupted)]
+    for w in interrupted:
+        print(f"kameleon: {w.message}", file=sys.stderr)
+    return 130 if interrupted else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -223,6 +265,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         from kameleon.errors import KameleonError
 
+        if isinstance(exc, httpx.TransportError):
+            print(
+                f"kameleon: error: cannot reach the service at {_url(args)} ({exc}); is it "
+                "running? (--url or KAMELEON_URL name another)",
+                file=sys.stderr,
+            )
+            return EXIT_FAILED
         if isinstance(exc, KameleonError | httpx.HTTPError | OSError):
             print(f"kameleon: error: {exc}", file=sys.stderr)
             return EXIT_FAILED

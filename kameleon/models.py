@@ -339,6 +339,9 @@ class Draws:
         Each draw's iteration number, shape ``(chains, draws)``; ``None`` for NPY.
     chains
         The chain ids, in the order of the first axis.
+    accepted
+        Whether each draw's transition accepted, shape ``(chains, draws)``; ``None`` for
+        NPY and for a service that does not send it.
     """
 
     param_names: list[str]
@@ -346,6 +349,7 @@ class Draws:
     log_density: npt.NDArray[np.float64] | None
     iterations: npt.NDArray[np.int64] | None
     chains: list[int]
+    accepted: npt.NDArray[np.bool_] | None = None
 
     @classmethod
     def from_pages(cls, pages: Sequence[Mapping[str, Any]], dim: int | None = None) -> Draws:
@@ -355,12 +359,14 @@ class Draws:
         rows: dict[int, list[list[float]]] = {}
         logd: dict[int, list[float]] = {}
         its: dict[int, list[int]] = {}
+        acc: dict[int, list[bool]] = {}
         for page in pages:
             for ch in page.get("chains") or []:
                 c = int(ch["chain"])
                 rows.setdefault(c, []).extend(ch.get("draws") or [])
                 logd.setdefault(c, []).extend(_float(v) for v in ch.get("log_density") or [])
                 its.setdefault(c, []).extend(int(i) for i in ch.get("iterations") or [])
+                acc.setdefault(c, []).extend(bool(a) for a in ch.get("accepted") or [])
         order = sorted(rows)
         common = min((len(rows[c]) for c in order), default=0)
         draws = np.empty((len(order), common, width))
@@ -372,4 +378,9 @@ class Draws:
                 log_density[k] = logd[c][:common]
                 if len(its[c]) >= common:
                     iterations[k] = its[c][:common]
-        return cls(names, draws, log_density, iterations, order)
+        accepted = None
+        if order and all(len(acc[c]) >= common for c in order):
+            accepted = np.array([acc[c][:common] for c in order], dtype=bool).reshape(
+                len(order), common
+            )
+        return cls(names, draws, log_density, iterations, order, accepted)

@@ -7,22 +7,39 @@ import math
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from threadpoolctl import threadpool_limits
 
-from kameleon._run import _REFRESH, _RHAT_EVERY, LogDensity, _Progress, _Run
+from kameleon._run import (
+    _REFRESH,
+    _RHAT_EVERY,
+    LogDensity,
+    _Progress,
+    _Run,
+    single_threaded_worker,
+)
 from kameleon.client import Client
 from kameleon.core.checks import Finding
+from kameleon.core.run import Interrupted
 from kameleon.errors import Conflict
 from kameleon.models import Finding as ServiceFinding
 from kameleon.models import Proposal
 from kameleon.result import Result
 
-__all__ = ["core_finding", "served", "session_page", "session_result"]
+__all__ = [
+    "core_finding",
+    "resume_hint",
+    "served",
+    "served_session",
+    "session_page",
+    "session_result",
+]
 
 
 class _Stop(Exception):
@@ -49,36 +66,126 @@ def served(
         session_id = _create(client, run, pseudo_marginal)
         if run.progress:
             print(f"kameleon: watch it at {session_page(client, session_id)}", file=sys.stderr)
-        state = _Shared(bar=_Progress(run.chains * (run.warmup + run.iterations), run.progress))
-        pool: Executor | None = (
-            ProcessPoolExecutor(max_workers=workers) if parallel == "processes" else None
+        total = run.chains * (run.warmup + run.iterations)
+        return _drive(
+            client,
+            connect,
+            session_id,
+            run.logdensity,
+            run.chains,
+            total,
+            run.progress,
+            workers=workers,
+            parallel=parallel,
+            lease_seconds=lease_seconds,
+            names=run.names,
         )
-        batch = max(1, math.ceil(run.chains / workers))
-        threads = [
-            threading.Thread(
-                target=_worker,
-                args=(connect, session_id, run.logdensity, pool, batch, lease_seconds, state),
-                name=f"kameleon-worker-{w}",
-                daemon=True,
-            )
-            for w in range(workers)
-        ]
-        try:
-            _watch(client, session_id, threads, state)
-        finally:
-            state.bar.close()
-            if pool is not None:
-                pool.shutdown(cancel_futures=True)
-        if state.error is not None:
-            raise state.error
-        if state.needs_initial:
-            summary = client.get_session(session_id)
-            stuck = [c.chain for c in summary.chain_summaries if c.status == "needs_initial_point"]
-            raise ValueError(
-                f"the log density of the initial point is -inf (chains {stuck}; "
-                f"session {session_id} waits for a reset)"
-            )
-        return session_result(client, session_id, chains=run.chains, names=run.names)
+
+
+def served_session(
+    session_id: str,
+    logdensity: LogDensity,
+    url: str,
+    *,
+    workers: int,
+    api_key: str | None,
+    lease_seconds: float,
+    parallel: str,
+    retry_seconds: float,
+    progress: bool,
+) -> Result:
+    """Join an existing session: ``workers`` more workers on it, until it is done."""
+
+    def connect() -> Client:
+        return Client(url, api_key=api_key, retry_seconds=retry_seconds)
+
+    with connect() as client:
+        session = client.get_session(session_id)
+        end = session.max_iterations
+        total = session.chains * end if end is not None else 0
+        return _drive(
+            client,
+            connect,
+            session_id,
+            logdensity,
+            session.chains,
+            total,
+            progress,
+            workers=workers,
+            parallel=parallel,
+            lease_seconds=lease_seconds,
+            names=None,
+        )
+
+
+def _drive(
+    client: Client,
+    connect: Callable[[], Client],
+    session_id: str,
+    logdensity: LogDensity,
+    chains: int,
+    total: int,
+    progress: bool,
+    *,
+    workers: int,
+    parallel: str,
+    lease_seconds: float,
+    names: list[str] | None,
+) -> Result:
+    """Run the workers on the session until it is done; its result. Interrupted
+    (Ctrl-C), the result so far, with a warning that says how to go on."""
+    state = _Shared(bar=_Progress(total, progress and total > 0))
+    pool: Executor | None = (
+        ProcessPoolExecutor(max_workers=workers, initializer=single_threaded_worker)
+        if parallel == "processes"
+        else None
+    )
+    batch = max(1, math.ceil(chains / workers))
+    threads = [
+        threading.Thread(
+            target=_worker,
+            args=(connect, session_id, logdensity, pool, batch, lease_seconds, state),
+            name=f"kameleon-worker-{w}",
+            daemon=True,
+        )
+        for w in range(workers)
+    ]
+    interrupted = False
+    # Workers evaluating at once in threads share the process's BLAS threads: one each.
+    blas = threadpool_limits(limits=1, user_api="blas") if workers > 1 and pool is None else None
+    try:
+        _watch(client, session_id, threads, state)
+    except KeyboardInterrupt:
+        interrupted = True
+    finally:
+        state.bar.close()
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
+        if blas is not None:
+            blas.restore_original_limits()
+    if state.error is not None and not interrupted:
+        raise state.error
+    if state.needs_initial:
+        summary = client.get_session(session_id)
+        stuck = [c.chain for c in summary.chain_summaries if c.status == "needs_initial_point"]
+        raise ValueError(
+            f"the log density of the initial point is -inf (chains {stuck}; "
+            f"session {session_id} waits for a reset)"
+        )
+    result = session_result(client, session_id, chains=chains, names=names)
+    if interrupted:
+        warnings.warn(Interrupted(resume_hint(session_id, client.url)), stacklevel=4)
+    return result
+
+
+def resume_hint(session_id: str, url: str) -> str:
+    """What an interrupted run through a service says: its session, and how to go on."""
+    return (
+        f"interrupted: session {session_id} on {url} keeps its draws and goes on when "
+        f"workers join it: kameleon.sample(logdensity, url={url!r}, session={session_id!r}) "
+        f"or kameleon run MODULE:FUNCTION --url {url} --session {session_id}; "
+        f"kameleon.Result.from_session({url!r}, {session_id!r}) reads it"
+    )
 
 
 def session_page(client: Client, session_id: str) -> str:
@@ -165,6 +272,7 @@ def session_result(
         warmup=session.warmup,
         session=session_id,
         url=client.url,
+        accepted=draws.accepted,
     )
 
 
@@ -228,7 +336,8 @@ def _evaluate(
             raise _Stop
         x = np.array(p.x, dtype=np.float64)
         x.flags.writeable = False
-        value = float(pool.submit(logdensity, x).result() if pool is not None else logdensity(x))
+        told = pool.submit(logdensity, x).result() if pool is not None else logdensity(x)
+        value = -math.inf if told is None else float(told)
         if math.isnan(value) or value == math.inf:
             raise ValueError(f"the log density at {x.tolist()} is {value}; it must be < +inf")
         results.append((p.id, value))

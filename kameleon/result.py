@@ -61,6 +61,12 @@ class Result:
         The session's id when the run went through a service, else ``None``.
     url
         The service's URL, or ``None`` in process.
+    accepted
+        Whether each draw's transition accepted its proposal, shape ``(chains, draws)``,
+        or ``None`` when unknown.
+    acceptance_probability
+        Each draw's Metropolis-Hastings acceptance probability ``min(1, alpha)``, shape
+        ``(chains, draws)`` (in process), or ``None``.
     """
 
     draws: npt.NDArray[np.float64]
@@ -74,6 +80,26 @@ class Result:
     warmup: int = 0
     session: str | None = None
     url: str | None = None
+    accepted: npt.NDArray[np.bool_] | None = None
+    acceptance_probability: npt.NDArray[np.float64] | None = None
+
+    @classmethod
+    def from_session(
+        cls,
+        url: str,
+        session: str,
+        *,
+        api_key: str | None = None,
+        include_warmup: bool = False,
+        retry_seconds: float = 10.0,
+    ) -> Result:
+        """The result of a session on a service as it stands (running, done, or
+        interrupted): every page of its draws, its diagnostics and warnings."""
+        from kameleon.client import Client
+        from kameleon.remote import session_result
+
+        with Client(url, api_key=api_key, retry_seconds=retry_seconds) as client:
+            return session_result(client, session, include_warmup=include_warmup)
 
     @property
     def chains(self) -> int:
@@ -115,17 +141,41 @@ class Result:
                 f"{p.name[:15]:<16}{p.mean:>11.4g}{p.sd:>11.4g}{p.mcse_mean:>10.3g}"
                 f"{p.ess_bulk:>10.0f}{p.ess_tail:>10.0f}{p.r_hat:>8.4f}"
             )
-        lines += [f"warning [{w.code}]: {w.message}" for w in self.warnings]
-        return "\n".join(lines)
+        return "\n".join(lines + self.warning_lines())
+
+    def warning_lines(self) -> list[str]:
+        """The warnings grouped: one line per kind naming the parameters and chains it
+        concerns, then one line of what to try."""
+        from kameleon.core.checks import grouped_lines
+
+        return grouped_lines(self.warnings)
 
     # -------------------------------------------------------------------- exports
 
     def to_arviz(self) -> Any:
-        """An ``arviz.InferenceData`` with the draws as ``posterior`` and the log
-        densities as ``sample_stats.lp`` (needs the ``arviz`` extra)."""
+        """An ``arviz.InferenceData`` with the draws as ``posterior``, and as
+        ``sample_stats`` the log densities (``lp``), whether each transition accepted
+        (``accepted``) and its acceptance probability (``acceptance_rate``, in process),
+        when known; the run's seed, algorithm, warm-up, session and URL are the
+        attributes (needs the ``arviz`` extra)."""
         az = _optional("arviz", "arviz", "to_arviz()")
         posterior = {name: self.draws[:, :, i] for i, name in enumerate(self.param_names)}
-        return az.from_dict(posterior=posterior, sample_stats={"lp": self.log_density})
+        stats: dict[str, Any] = {"lp": self.log_density}
+        if self.accepted is not None and self.accepted.shape == self.log_density.shape:
+            stats["accepted"] = self.accepted
+        probability = self.acceptance_probability
+        if probability is not None and probability.shape == self.log_density.shape:
+            stats["acceptance_rate"] = probability
+        attrs = {
+            "inference_library": "kameleon",
+            "algorithm": self.algorithm,
+            "seed": self.seed,
+            "warmup": self.warmup,
+            "chains": self.chains,
+        }
+        if self.session is not None:
+            attrs |= {"session": self.session, "url": self.url or ""}
+        return az.from_dict(posterior=posterior, sample_stats=stats, attrs=attrs)
 
     def to_getdist(self, label: str | None = None) -> Any:
         """A ``getdist.MCSamples`` of the chains (needs the ``getdist`` extra); warm-up

@@ -14,23 +14,44 @@ import math
 import secrets
 import warnings
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from typing import Any, Literal
 
 import numpy as np
 import numpy.typing as npt
 
 from kameleon.core import DEFAULT_ALGORITHM
-from kameleon.core.checks import SamplingWarning, StopRule, check
+from kameleon.core.checks import SamplingWarning, StopRule, check, group
+from kameleon.core.defaults import CHAINS, ITERATIONS, WARMUP
 from kameleon.core.diagnostics import ParameterSummary, summarize
 from kameleon.core.initial import DEFAULT_MAX_ATTEMPTS
 from kameleon.core.run import sample_chains
+from kameleon.core.runner import EvaluateMany
 from kameleon.models import ChainDiagnostics, Diagnostics, ParameterDiagnostics
 from kameleon.result import Result
 
 __all__ = ["sample"]
 
-from kameleon._run import LogDensity, _Progress, _Run
-from kameleon.remote import served
+from kameleon._run import LogDensity, _Progress, _Run, single_threaded_worker
+from kameleon.remote import served, served_session
+
+
+class _MinusInfinity:
+    """The user's log density, with ``None`` read as ``-inf`` (outside the support, as
+    ``null`` over HTTP). A class, not a closure, so that a process pool can pickle it."""
+
+    def __init__(self, fn: Any) -> None:
+        self.fn = fn
+
+    def __call__(self, x: Any) -> Any:
+        value = self.fn(x)
+        if value is None:
+            return -math.inf
+        if isinstance(value, list | tuple) or (
+            isinstance(value, np.ndarray) and value.dtype == object
+        ):
+            return np.array([-math.inf if v is None else v for v in value], dtype=np.float64)
+        return value
 
 
 def sample(
@@ -38,9 +59,9 @@ def sample(
     dim: int | None = None,
     initial: npt.ArrayLike | None = None,
     algorithm: str = DEFAULT_ALGORITHM,
-    chains: int = 4,
-    iterations: int = 2000,
-    warmup: int = 1000,
+    chains: int = CHAINS,
+    iterations: int = ITERATIONS,
+    warmup: int = WARMUP,
     url: str | None = None,
     workers: int = 1,
     seed: int | None = None,
@@ -55,6 +76,9 @@ def sample(
     lease_seconds: float = 60.0,
     parallel: Literal["threads", "processes"] = "threads",
     retry_seconds: float = 60.0,
+    session: str | None = None,
+    vectorize: bool = False,
+    max_bytes: int | None = None,
     **options: Any,
 ) -> Result:
     """Draws from the density ``exp(logdensity)``, in process or through a service.
@@ -63,8 +87,10 @@ def sample(
     ----------
     logdensity
         Maps a point, a read-only float64 array of shape ``(dim,)``, to its log density
-        (unnormalised), ``-inf`` outside the support; or to the log of an unbiased
-        estimate of the density (then say ``pseudo_marginal=True`` to a service).
+        (unnormalised), ``-inf`` (or ``None``, as ``null`` over HTTP) outside the
+        support; or to the log of an unbiased estimate of the density (then say
+        ``pseudo_marginal=True`` to a service). With ``vectorize=True`` it maps an
+        array ``(n, dim)`` of points to ``n`` values.
     dim
         Dimension; may be omitted when ``initial`` is given.
     initial
@@ -77,10 +103,14 @@ def sample(
     url
         ``None``: run in this process. Else a service's URL: run there.
     workers
-        Through a service: how many points are evaluated at once, each by its own
-        worker that asks with a lease, evaluates, and steps. Threads by default (a log
-        density in numpy or C releases the GIL); ``parallel="processes"`` evaluates in
-        a process pool (``logdensity`` must then be picklable). In process: ignored.
+        How many points are evaluated at once. Through a service, each by its own
+        worker that asks with a lease, evaluates, and steps; in process, the chains'
+        proposals of an iteration are evaluated in a pool of ``workers`` (as emcee's
+        ``pool=``), which helps when there are at least as many chains. Threads by
+        default (a log density in numpy or C releases the GIL); ``parallel="processes"``
+        evaluates in a process pool (``logdensity`` must then be picklable). With more
+        than one worker, BLAS (OpenBLAS, MKL) runs one thread per worker, so that the
+        workers do not fight over the cores.
     seed
         Seed of every random number; the same seed gives the same draws, in process or
         not, whatever ``workers``. ``None``: a random seed, recorded in the result.
@@ -110,6 +140,18 @@ def sample(
     retry_seconds
         Through a service: how long each request is retried while the service is
         unreachable or answers 503.
+    session
+        Through a service: join this existing session (more workers on a run, or one
+        that was interrupted) instead of creating one; its settings are the session's,
+        and the arguments that make a session (``dim``, ``chains``, ...) are ignored.
+    vectorize
+        ``logdensity`` takes every chain's point of an iteration at once, an array
+        ``(chains, dim)``, and returns ``chains`` values (as emcee's ``vectorize``); in
+        process only.
+    max_bytes
+        In process: refuse, before allocating, a run that would need more memory than
+        this (estimated as the service estimates a session); default half the
+        machine's memory.
     **options
         The algorithm's options, e.g. ``preconditioning="dense"``.
 
@@ -120,12 +162,35 @@ def sample(
         warnings; each warning is also emitted as a
         :class:`~kameleon.core.checks.SamplingWarning`.
 
+    Interrupted (Ctrl-C), it returns the draws made so far with a
+    :class:`~kameleon.core.run.Interrupted` warning; through a service the warning names
+    the session and how to go on (``session=``).
+
     Raises
     ------
     ValueError
         Bad arguments; a chain has no initial point inside the support; the log density
-        is NaN or ``+inf``.
+        is NaN or ``+inf``; in process, a run that needs more memory than ``max_bytes``.
     """
+    logdensity = _MinusInfinity(logdensity)
+    if session is not None:
+        if url is None:
+            raise ValueError("session= joins a session on a service: give url= too")
+        return _warned(
+            served_session(
+                session,
+                logdensity,
+                url,
+                workers=workers,
+                api_key=api_key,
+                lease_seconds=lease_seconds,
+                parallel=parallel,
+                retry_seconds=retry_seconds,
+                progress=progress,
+            )
+        )
+    if vectorize and url is not None:
+        raise ValueError("vectorize=True runs in process only (url=None)")
     dim, initial = _dim(dim, initial, chains)
     if workers < 1:
         raise ValueError("workers must be positive")
@@ -154,7 +219,7 @@ def sample(
         progress=progress,
     )
     if url is None:
-        result = _in_process(run)
+        result = _in_process(run, workers, parallel, vectorize, max_bytes)
     else:
         result = served(
             run,
@@ -166,8 +231,12 @@ def sample(
             pseudo_marginal=pseudo_marginal,
             retry_seconds=retry_seconds,
         )
-    for finding in result.warnings:
-        warnings.warn(SamplingWarning(finding), stacklevel=2)
+    return _warned(result)
+
+
+def _warned(result: Result) -> Result:
+    for finding in group(result.warnings):  # one per kind, naming what it concerns
+        warnings.warn(SamplingWarning(finding), stacklevel=3)
     return result
 
 
@@ -191,11 +260,14 @@ def _dim(
 # -------------------------------------------------------------------- in process
 
 
-def _in_process(run: _Run) -> Result:
+def _in_process(
+    run: _Run, workers: int, parallel: str, vectorize: bool, max_bytes: int | None
+) -> Result:
     """Run :func:`kameleon.core.run.sample_chains` and read the result off its chains."""
     total = run.chains * (run.warmup + run.iterations + 1)  # + each initial point
     bar = _Progress(total, run.progress, acceptance_known=False)
-    fn = run.logdensity
+    vectorized = run.logdensity
+    fn = _one_point(vectorized) if vectorize else vectorized
 
     def counted(x: npt.NDArray[np.float64]) -> float:
         value = float(fn(x))
@@ -203,6 +275,14 @@ def _in_process(run: _Run) -> Result:
         bar.draw()
         return value
 
+    pool: Executor | None = None
+    if workers > 1 and not vectorize:
+        pool = (
+            ProcessPoolExecutor(workers, initializer=single_threaded_worker)
+            if parallel == "processes"
+            else ThreadPoolExecutor(workers, thread_name_prefix="kameleon-eval")
+        )
+    many = _evaluate_many(vectorized, pool, vectorize, bar)
     try:
         chains = sample_chains(
             counted if bar.enabled else fn,
@@ -218,10 +298,15 @@ def _in_process(run: _Run) -> Result:
             options=run.options,
             stop=run.rule,
             warn=False,  # checked below, with the run's names and one summary
+            evaluate_many=many,
+            max_bytes=max_bytes,
         )
     except BaseException:
         bar.close()
         raise
+    finally:
+        if pool is not None:
+            pool.shutdown(cancel_futures=True)
     kept = slice(run.warmup, None)
     draws = np.stack([c.draws[kept] for c in chains])
     log_density = np.stack([c.logdensity[kept] for c in chains])
@@ -248,7 +333,47 @@ def _in_process(run: _Run) -> Result:
         seed=run.seed,
         algorithm=run.algorithm,
         warmup=run.warmup,
+        accepted=np.stack([c.accepted[kept] for c in chains]),
+        acceptance_probability=np.stack([c.acceptance_probability[kept] for c in chains]),
     )
+
+
+def _one_point(fn: LogDensity) -> LogDensity:
+    """A vectorised log density at one point (an initial point): a block of one row."""
+
+    def one(x: npt.NDArray[np.float64]) -> float:
+        block = x[None, :]
+        return float(np.asarray(fn(block), dtype=np.float64).reshape(-1)[0])
+
+    return one
+
+
+def _evaluate_many(
+    fn: LogDensity, pool: Executor | None, vectorize: bool, bar: _Progress
+) -> EvaluateMany | None:
+    """An iteration's log densities at once: in one vectorised call, or in the pool."""
+    if not vectorize and pool is None:
+        return None
+
+    def many(points: list[npt.NDArray[np.float64]]) -> list[float]:
+        if vectorize:
+            block = np.stack(points)
+            block.flags.writeable = False
+            values = np.asarray(fn(block), dtype=np.float64).reshape(-1)
+            if values.size != len(points):
+                raise ValueError(
+                    f"a vectorised log density returned {values.size} values for "
+                    f"{len(points)} points"
+                )
+            out = values.tolist()
+        else:
+            assert pool is not None
+            out = [float(v) for v in pool.map(fn, points)]
+        bar.count(len(points), len(points), 0)
+        bar.draw()
+        return out
+
+    return many
 
 
 def _local_diagnostics(

@@ -64,6 +64,10 @@ class DrawsChain(BaseModel):
     iterations: list[int]
     draws: list[list[float]]
     log_density: list[float]
+    accepted: list[bool] = Field(
+        description="Whether each draw's transition accepted its proposal (false for an "
+        "initial point): the per-draw acceptance that ArviZ calls `accepted`."
+    )
 
 
 class DrawsPage(BaseModel):

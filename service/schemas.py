@@ -19,9 +19,11 @@ from pydantic import (
     Field,
     Strict,
     StringConstraints,
+    model_validator,
 )
 
 from kameleon.core import DEFAULT_ALGORITHM, SAMPLERS
+from kameleon.core.defaults import CHAINS, ITERATIONS, WARMUP
 from kameleon.core.initial import DEFAULT_MAX_ATTEMPTS, DEFAULT_RADIUS
 from kameleon.service.reports import (
     Diagnostics,
@@ -107,6 +109,13 @@ LogDensity = Annotated[
 ]
 
 
+def _one_row(value: Any) -> Any:
+    """A flat list of numbers as ``initial`` is one row, for every chain."""
+    if isinstance(value, list) and value and not any(isinstance(v, list) for v in value):
+        return [value]
+    return value
+
+
 class _Request(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -150,12 +159,16 @@ class SessionCreate(_Request):
         ),
     )
     dim: Count = Field(ge=1, le=MAX_COUNT, description="Dimension of the target.")
-    chains: Count = Field(1, ge=1, le=MAX_COUNT, description="Independent chains.")
-    initial: list[list[Finite]] | None = Field(
+    chains: Count = Field(CHAINS, ge=1, le=MAX_COUNT, description="Independent chains.")
+    initial: Annotated[
+        list[list[Finite]] | None,
+        BeforeValidator(_one_row, json_schema_input_type=list[list[float]] | list[float] | None),
+    ] = Field(
         None,
-        description="Initial points: one row per chain, or one row for all. Used exactly "
-        "unless initial_radius is given. Default: each chain starts at its own point drawn "
-        f"uniformly from (-{DEFAULT_RADIUS:g}, {DEFAULT_RADIUS:g}) per coordinate.",
+        description="Initial points: one row per chain, or one row for all (a flat list of "
+        "dim numbers is that one row). Used exactly unless initial_radius is given. Default: "
+        "each chain starts at its own point drawn uniformly from "
+        f"(-{DEFAULT_RADIUS:g}, {DEFAULT_RADIUS:g}) per coordinate.",
     )
     initial_radius: Finite | None = Field(
         None,
@@ -183,13 +196,17 @@ class SessionCreate(_Request):
         False, description="Told values are logs of unbiased estimates of the density."
     )
     warmup: Count = Field(
-        1000, ge=0, le=MAX_COUNT, description="Iterations per chain marked warm-up."
+        WARMUP, ge=0, le=MAX_COUNT, description="Iterations per chain marked warm-up."
     )
     max_iterations: Count | None = Field(
         None,
         ge=1,
         le=MAX_COUNT,
-        description="When every chain has reached it, the session is done.",
+        description="Iterations per chain, warm-up included (not the initial point): when "
+        "every chain has reached it, the session is done. Absent: "
+        f"`warmup + {ITERATIONS}` ({ITERATIONS} draws kept after warm-up). `null`: no "
+        "limit; the session ends by its stopping rule, or when its memory quota is used "
+        'up (`stopped_by: "quota"`).',
     )
     param_names: list[Name] | None = Field(
         None, description="One name per dimension; default x0, x1, ..."
@@ -202,6 +219,14 @@ class SessionCreate(_Request):
         description="Stopping rule: the session is done when it is met or when every chain "
         "has reached max_iterations, whichever comes first.",
     )
+
+    @model_validator(mode="after")
+    def _default_max_iterations(self) -> SessionCreate:
+        """No ``max_iterations`` field: warm-up and then the default draws per chain; an
+        explicit ``null`` stays open-ended."""
+        if "max_iterations" not in self.model_fields_set:
+            self.max_iterations = min(self.warmup + ITERATIONS, MAX_COUNT)
+        return self
 
 
 ChainStatus = Literal["initial", "needs_initial_point", "warmup", "sampling", "done"]

@@ -66,3 +66,31 @@ def test_the_example_samples_in_process() -> None:
     assert "rhat" in {w.message.finding.code for w in caught}  # type: ignore[union-attr]
     assert result.draws.shape == (2, 30, 9)  # iterations after the warm-up
     assert np.all(np.isfinite(result.draws))
+
+
+def test_the_example_prints_a_table_and_each_kind_of_warning_once() -> None:
+    import subprocess
+
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "glass_gpc.py"), "--chains", "2",
+         "--iterations", "20", "--warmup", "10"],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    lines = run.stdout.splitlines()
+    assert any(line.startswith("parameter") and "r_hat" in line for line in lines)
+    assert sum(line.startswith("theta_") for line in lines) == 9
+    kinds = [line.split("]")[0] for line in lines if line.startswith("warning [")]
+    assert kinds and len(kinds) == len(set(kinds))
+    assert "SamplingWarning" not in run.stderr
+
+
+def test_the_example_runs_blas_on_one_thread() -> None:
+    """The README's figure of tens of milliseconds an evaluation holds because the
+    example limits BLAS to one thread (OpenBLAS's default, a thread per core, was 50
+    times slower on two cores)."""
+    text = (ROOT / "examples" / "glass_gpc.py").read_text()
+    assert 'threadpool_limits(limits=1, user_api="blas")' in text
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## Example: pseudo-marginal GP") :]
+    assert "one BLAS thread" in section[: section.index("## Clients")]

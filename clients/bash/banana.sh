@@ -11,9 +11,9 @@
 #                             (how workers on other machines join a run)
 #     KAMELEON_ALGORITHM      am (default), rwm, kameleon, kmc-lite, kmc-finite
 #     KAMELEON_OPTIONS        algorithm options as a JSON object (default: none)
-#     KAMELEON_CHAINS         chains (default 8)
-#     KAMELEON_ITERATIONS     iterations per chain, warm-up included (default 2000)
-#     KAMELEON_WARMUP         warm-up iterations per chain (default half the iterations)
+#     KAMELEON_CHAINS         chains (default 4)
+#     KAMELEON_ITERATIONS     draws kept per chain after warm-up (default 2000)
+#     KAMELEON_WARMUP         warm-up iterations per chain (default 1000)
 #     KAMELEON_SEED           seed (default 1)
 #     KAMELEON_WORKERS        worker processes (default 2)
 #     KAMELEON_MAX            proposals per request and worker (default chains / workers)
@@ -26,9 +26,9 @@ set -euo pipefail
 
 URL=${KAMELEON_URL:-http://127.0.0.1:8000}
 URL=${URL%/}
-CHAINS=${KAMELEON_CHAINS:-8}
+CHAINS=${KAMELEON_CHAINS:-4}
 ITERATIONS=${KAMELEON_ITERATIONS:-2000}
-WARMUP=${KAMELEON_WARMUP:-$((ITERATIONS / 2))}
+WARMUP=${KAMELEON_WARMUP:-1000}
 WORKERS=${KAMELEON_WORKERS:-2}
 MAX=${KAMELEON_MAX:-$(((CHAINS + WORKERS - 1) / WORKERS))}
 LEASE=${KAMELEON_LEASE_SECONDS:-}
@@ -161,7 +161,7 @@ else
         --argjson seed "${KAMELEON_SEED:-1}" --argjson options "${KAMELEON_OPTIONS:-{\}}" \
         --argjson b "$B" --argjson v "$V" '
         {algorithm: $algorithm, dim: 2, chains: $chains, warmup: $warmup,
-         max_iterations: $iterations, seed: $seed, options: $options,
+         max_iterations: ($warmup + $iterations), seed: $seed, options: $options,
          initial: [range($chains) as $c
                    | (if $chains > 1 then 1.5 * ($v | sqrt) * (2 * $c / ($chains - 1) - 1) else 0 end)
                    | [., $b * (. * . - $v)]]}')
@@ -184,8 +184,20 @@ done
 
 call "/v1/sessions/$SESSION/diagnostics"
 expect 200
+if [[ $(jq .draws <<<"$ANSWER") -lt 1 ]]; then
+    echo "no draws after warm-up yet: nothing to summarise (KAMELEON_ITERATIONS counts the draws kept after warm-up)"
+    exit 0
+fi
 printf "%-10s %10s %10s %10s %10s %8s\n" parameter mean sd mcse_mean ess_bulk r_hat
 jq -r '.parameters[] | [.name, .mean, .sd, .mcse_mean, .ess_bulk, .r_hat] | map(. // "nan") | @tsv' <<<"$ANSWER" |
     while IFS=$'\t' read -r name mean sd mcse ess rhat; do
         printf "%-10s %10.4f %10.4f %10.4f %10.1f %8.4f\n" "$name" "$mean" "$sd" "$mcse" "$ess" "$rhat"
     done
+# The warnings, one line per kind with the parameters and chains it concerns.
+jq -r '.warnings | group_by(.code)[]
+    | ([.[] | .parameter // (if .chain == null then empty else "chain \(.chain)" end)] | unique) as $on
+    | "warning [\(.[0].code)]" + (if ($on | length) > 0 then " on " + ($on | join(", ")) else "" end)
+      + ": " + .[0].message + (if length > 1 then " (and \(length - 1) more)" else "" end)' <<<"$ANSWER"
+if [[ $(jq '.warnings | length' <<<"$ANSWER") -gt 0 ]]; then
+    echo "    try: a longer run (KAMELEON_WARMUP, KAMELEON_ITERATIONS); the README, \"Has it converged?\", says what each warning means"
+fi

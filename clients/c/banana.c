@@ -13,9 +13,9 @@
  *                             (how workers on other machines join a run)
  *     KAMELEON_ALGORITHM      am (default), rwm, kameleon, kmc-lite, kmc-finite
  *     KAMELEON_OPTIONS        algorithm options as a JSON object (default: none)
- *     KAMELEON_CHAINS         chains (default 8)
- *     KAMELEON_ITERATIONS     iterations per chain, warm-up included (default 2000)
- *     KAMELEON_WARMUP         warm-up iterations per chain (default half the iterations)
+ *     KAMELEON_CHAINS         chains (default 4)
+ *     KAMELEON_ITERATIONS     draws kept per chain after warm-up (default 2000)
+ *     KAMELEON_WARMUP         warm-up iterations per chain (default 1000)
  *     KAMELEON_SEED           seed (default 1)
  *     KAMELEON_WORKERS        worker processes (default 2)
  *     KAMELEON_MAX            proposals per request and worker (default chains / workers)
@@ -61,9 +61,9 @@ static long env_long(const char *name, long fallback) {
 int main(void) {
     const char *url = env("KAMELEON_URL", "http://127.0.0.1:8000");
     const char *api_key = env("KAMELEON_API_KEY", NULL);
-    int chains = (int)env_long("KAMELEON_CHAINS", 8);
-    int iterations = (int)env_long("KAMELEON_ITERATIONS", 2000);
-    int warmup = (int)env_long("KAMELEON_WARMUP", iterations / 2);
+    int chains = (int)env_long("KAMELEON_CHAINS", 4);
+    int iterations = (int)env_long("KAMELEON_ITERATIONS", 2000); /* kept after warm-up */
+    int warmup = (int)env_long("KAMELEON_WARMUP", 1000);
     int workers = (int)env_long("KAMELEON_WORKERS", 2);
     int max = (int)env_long("KAMELEON_MAX", (chains + workers - 1) / workers);
     double lease = atof(env("KAMELEON_LEASE_SECONDS", "0"));
@@ -87,7 +87,7 @@ int main(void) {
             initial[DIM * c + 1] = B * (y1 * y1 - V);
         }
         if (kc_create_session(kc, env("KAMELEON_ALGORITHM", "am"), DIM, chains, warmup,
-                              iterations, env_long("KAMELEON_SEED", 1), initial,
+                              warmup + iterations, env_long("KAMELEON_SEED", 1), initial,
                               env("KAMELEON_OPTIONS", NULL), id, sizeof id) != 0) {
             kc_close(kc);
             return 1;

@@ -328,6 +328,41 @@ static double number(const cJSON *object, const char *key) {
     return cJSON_IsNumber(item) ? item->valuedouble : NAN;
 }
 
+/* The warnings, one line per kind with the parameters and chains it concerns. */
+static void print_warnings(const cJSON *warnings) {
+    int n = cJSON_GetArraySize(warnings);
+    for (int i = 0; i < n; i++) {
+        const cJSON *w = cJSON_GetArrayItem(warnings, i);
+        const char *code = cJSON_GetObjectItemCaseSensitive(w, "code")->valuestring;
+        int seen = 0;
+        for (int j = 0; j < i && !seen; j++) {
+            const cJSON *v = cJSON_GetArrayItem(warnings, j);
+            seen = strcmp(cJSON_GetObjectItemCaseSensitive(v, "code")->valuestring, code) == 0;
+        }
+        if (seen) continue; /* printed with the first of its kind */
+        printf("warning [%s]", code);
+        int same = 0, on = 0;
+        for (int j = i; j < n; j++) {
+            const cJSON *v = cJSON_GetArrayItem(warnings, j);
+            if (strcmp(cJSON_GetObjectItemCaseSensitive(v, "code")->valuestring, code) != 0)
+                continue;
+            same++;
+            const cJSON *param = cJSON_GetObjectItemCaseSensitive(v, "parameter");
+            const cJSON *chain = cJSON_GetObjectItemCaseSensitive(v, "chain");
+            if (cJSON_IsString(param))
+                printf("%s%s", on++ ? ", " : " on ", param->valuestring);
+            else if (cJSON_IsNumber(chain))
+                printf("%schain %d", on++ ? ", " : " on ", chain->valueint);
+        }
+        printf(": %s", cJSON_GetObjectItemCaseSensitive(w, "message")->valuestring);
+        if (same > 1) printf(" (and %d more)", same - 1);
+        printf("\n");
+    }
+    if (n > 0)
+        printf("    try: a longer run (KAMELEON_WARMUP, KAMELEON_ITERATIONS); the README, \"Has it "
+               "converged?\", says what each warning means\n");
+}
+
 int kc_print_diagnostics(kc_client *kc, const char *id) {
     char path[512];
     snprintf(path, sizeof path, "/v1/sessions/%s/diagnostics", id);
@@ -338,6 +373,12 @@ int kc_print_diagnostics(kc_client *kc, const char *id) {
         cJSON_Delete(answer);
         return -1;
     }
+    if (!(number(answer, "draws") >= 1)) {
+        printf("no draws after warm-up yet: nothing to summarise (KAMELEON_ITERATIONS counts the "
+               "draws kept after warm-up)\n");
+        cJSON_Delete(answer);
+        return 0;
+    }
     printf("%-10s %10s %10s %10s %10s %8s\n", "parameter", "mean", "sd", "mcse_mean", "ess_bulk",
            "r_hat");
     const cJSON *p;
@@ -346,6 +387,7 @@ int kc_print_diagnostics(kc_client *kc, const char *id) {
                cJSON_GetObjectItemCaseSensitive(p, "name")->valuestring, number(p, "mean"),
                number(p, "sd"), number(p, "mcse_mean"), number(p, "ess_bulk"), number(p, "r_hat"));
     }
+    print_warnings(cJSON_GetObjectItemCaseSensitive(answer, "warnings"));
     cJSON_Delete(answer);
     return 0;
 }

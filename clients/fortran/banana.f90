@@ -13,9 +13,9 @@
 !     KAMELEON_SESSION        work on this existing session instead of creating one
 !     KAMELEON_ALGORITHM      am (default), rwm, kameleon, kmc-lite, kmc-finite
 !     KAMELEON_OPTIONS        algorithm options as a JSON object (default: none)
-!     KAMELEON_CHAINS         chains (default 8)
-!     KAMELEON_ITERATIONS     iterations per chain, warm-up included (default 2000)
-!     KAMELEON_WARMUP         warm-up iterations per chain (default half the iterations)
+!     KAMELEON_CHAINS         chains (default 4)
+!     KAMELEON_ITERATIONS     draws kept per chain after warm-up (default 2000)
+!     KAMELEON_WARMUP         warm-up iterations per chain (default 1000)
 !     KAMELEON_SEED           seed (default 1)
 !     KAMELEON_WORKERS        worker processes (default 2)
 !     KAMELEON_MAX            proposals per request and worker (default chains / workers)
@@ -118,9 +118,9 @@ program banana
   url = env("KAMELEON_URL", "http://127.0.0.1:8000")
   api_key = env("KAMELEON_API_KEY", "")
   session = env("KAMELEON_SESSION", "")
-  chains = env_int("KAMELEON_CHAINS", 8)
-  iterations = env_int("KAMELEON_ITERATIONS", 2000)
-  warmup = env_int("KAMELEON_WARMUP", iterations / 2)
+  chains = env_int("KAMELEON_CHAINS", 4)
+  iterations = env_int("KAMELEON_ITERATIONS", 2000)  ! kept after warm-up
+  warmup = env_int("KAMELEON_WARMUP", 1000)
   workers = env_int("KAMELEON_WORKERS", 2)
   max = env_int("KAMELEON_MAX", (chains + workers - 1) / workers)
   seed = env_int("KAMELEON_SEED", 1)
@@ -138,7 +138,7 @@ program banana
       initial(:, c) = [y1, b * (y1**2 - v)]
     end do
     if (kc_create_session(kc, env("KAMELEON_ALGORITHM", "am") // c_null_char, dim, chains, &
-                          warmup, iterations, seed, initial, &
+                          warmup, warmup + iterations, seed, initial, &
                           env("KAMELEON_OPTIONS", "") // c_null_char, id, &
                           int(len(id), c_size_t)) /= 0) error stop 1
   end if

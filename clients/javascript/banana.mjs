@@ -11,9 +11,9 @@
 //                             (how workers on other machines join a run)
 //     KAMELEON_ALGORITHM      am (default), rwm, kameleon, kmc-lite, kmc-finite
 //     KAMELEON_OPTIONS        algorithm options as a JSON object (default: none)
-//     KAMELEON_CHAINS         chains (default 8)
-//     KAMELEON_ITERATIONS     iterations per chain, warm-up included (default 2000)
-//     KAMELEON_WARMUP         warm-up iterations per chain (default half the iterations)
+//     KAMELEON_CHAINS         chains (default 4)
+//     KAMELEON_ITERATIONS     draws kept per chain after warm-up (default 2000)
+//     KAMELEON_WARMUP         warm-up iterations per chain (default 1000)
 //     KAMELEON_SEED           seed (default 1)
 //     KAMELEON_WORKERS        worker processes (default 2)
 //     KAMELEON_MAX            proposals per request and worker (default chains / workers)
@@ -31,9 +31,9 @@ import { fileURLToPath } from "node:url";
 const env = process.env;
 const setting = (name, fallback) => (env[name] ? env[name] : fallback);
 const BASE = setting("KAMELEON_URL", "http://127.0.0.1:8000").replace(/\/+$/, "");
-const CHAINS = Number(setting("KAMELEON_CHAINS", 8));
-const ITERATIONS = Number(setting("KAMELEON_ITERATIONS", 2000));
-const WARMUP = Number(setting("KAMELEON_WARMUP", Math.floor(ITERATIONS / 2)));
+const CHAINS = Number(setting("KAMELEON_CHAINS", 4));
+const ITERATIONS = Number(setting("KAMELEON_ITERATIONS", 2000)); // kept after warm-up
+const WARMUP = Number(setting("KAMELEON_WARMUP", 1000));
 const WORKERS = Number(setting("KAMELEON_WORKERS", 2));
 const MAX = Number(setting("KAMELEON_MAX", Math.ceil(CHAINS / WORKERS)));
 const LEASE = Number(setting("KAMELEON_LEASE_SECONDS", 0));
@@ -154,7 +154,7 @@ async function createSession() {
     dim: 2,
     chains: CHAINS,
     warmup: WARMUP,
-    max_iterations: ITERATIONS,
+    max_iterations: WARMUP + ITERATIONS, // counts warm-up
     seed: Number(setting("KAMELEON_SEED", 1)),
     initial,
     options: JSON.parse(setting("KAMELEON_OPTIONS", "{}")),
@@ -163,7 +163,13 @@ async function createSession() {
 }
 
 async function printDiagnostics(id) {
-  const { parameters } = await call(`/v1/sessions/${id}/diagnostics`);
+  const { parameters, warnings, draws } = await call(`/v1/sessions/${id}/diagnostics`);
+  if (draws < 1) {
+    console.log(
+      "no draws after warm-up yet: nothing to summarise (KAMELEON_ITERATIONS counts the draws kept after warm-up)",
+    );
+    return;
+  }
   const f = (x, digits) => (x === null ? "nan" : x.toFixed(digits));
   console.log("parameter        mean         sd  mcse_mean   ess_bulk    r_hat");
   for (const p of parameters) {
@@ -172,6 +178,17 @@ async function printDiagnostics(id) {
       [f(p.mean, 4), f(p.sd, 4), f(p.mcse_mean, 4), f(p.ess_bulk, 1)].map((s) => s.padStart(10)).join(" "),
       f(p.r_hat, 4).padStart(8),
     );
+  }
+  // The warnings, one line per kind with the parameters and chains it concerns.
+  const kinds = new Map();
+  for (const w of warnings) kinds.set(w.code, [...(kinds.get(w.code) ?? []), w]);
+  for (const [code, same] of kinds) {
+    const on = [...new Set(same.map((w) => w.parameter ?? (w.chain === null ? null : `chain ${w.chain}`)).filter((x) => x !== null))];
+    const more = same.length > 1 ? ` (and ${same.length - 1} more)` : "";
+    console.log(`warning [${code}]${on.length ? " on " + on.join(", ") : ""}: ${same[0].message}${more}`);
+  }
+  if (warnings.length) {
+    console.log('    try: a longer run (KAMELEON_WARMUP, KAMELEON_ITERATIONS); the README, "Has it converged?", says what each warning means');
   }
 }
 

@@ -12,9 +12,9 @@
 #                             (how workers on other machines join a run)
 #     KAMELEON_ALGORITHM      am (default), rwm, kameleon, kmc-lite, kmc-finite
 #     KAMELEON_OPTIONS        algorithm options as a JSON object (default: none)
-#     KAMELEON_CHAINS         chains (default 8)
-#     KAMELEON_ITERATIONS     iterations per chain, warm-up included (default 2000)
-#     KAMELEON_WARMUP         warm-up iterations per chain (default half the iterations)
+#     KAMELEON_CHAINS         chains (default 4)
+#     KAMELEON_ITERATIONS     draws kept per chain after warm-up (default 2000)
+#     KAMELEON_WARMUP         warm-up iterations per chain (default 1000)
 #     KAMELEON_SEED           seed (default 1)
 #     KAMELEON_WORKERS        worker processes (default 2)
 #     KAMELEON_MAX            proposals per request and worker (default chains / workers)
@@ -34,9 +34,9 @@ setting <- function(name, default) {
   if (nzchar(value)) value else default
 }
 URL <- sub("/+$", "", setting("KAMELEON_URL", "http://127.0.0.1:8000"))
-CHAINS <- as.integer(setting("KAMELEON_CHAINS", 8))
-ITERATIONS <- as.integer(setting("KAMELEON_ITERATIONS", 2000))
-WARMUP <- as.integer(setting("KAMELEON_WARMUP", ITERATIONS %/% 2))
+CHAINS <- as.integer(setting("KAMELEON_CHAINS", 4))
+ITERATIONS <- as.integer(setting("KAMELEON_ITERATIONS", 2000))  # kept after warm-up
+WARMUP <- as.integer(setting("KAMELEON_WARMUP", 1000))
 WORKERS <- as.integer(setting("KAMELEON_WORKERS", 2))
 MAX <- as.integer(setting("KAMELEON_MAX", ceiling(CHAINS / WORKERS)))
 LEASE <- as.numeric(setting("KAMELEON_LEASE_SECONDS", 0))
@@ -154,7 +154,7 @@ create_session <- function() {
   y1 <- if (CHAINS > 1) 1.5 * sqrt(V) * seq(-1, 1, length.out = CHAINS) else 0
   body <- list(
     algorithm = setting("KAMELEON_ALGORITHM", "am"), dim = 2L, chains = CHAINS,
-    warmup = WARMUP, max_iterations = ITERATIONS,
+    warmup = WARMUP, max_iterations = WARMUP + ITERATIONS,  # counts warm-up
     seed = as.numeric(setting("KAMELEON_SEED", 1)),
     initial = lapply(y1, function(a) c(a, B * (a^2 - V))),
     options = fromJSON(setting("KAMELEON_OPTIONS", "{}"), simplifyVector = FALSE)
@@ -167,10 +167,28 @@ create_session <- function() {
 print_diagnostics <- function(id) {
   d <- expect(call(sprintf("/v1/sessions/%s/diagnostics", id)), 200)
   num <- function(x) if (is.null(x)) NA_real_ else x
+  if (d$draws < 1) {
+    cat("no draws after warm-up yet: nothing to summarise (KAMELEON_ITERATIONS counts the draws kept after warm-up)\n")
+    return(invisible(NULL))
+  }
   cat(sprintf("%-10s %10s %10s %10s %10s %8s\n", "parameter", "mean", "sd", "mcse_mean", "ess_bulk", "r_hat"))
   for (p in d$parameters) {
     cat(sprintf("%-10s %10.4f %10.4f %10.4f %10.1f %8.4f\n", p$name, num(p$mean), num(p$sd),
                 num(p$mcse_mean), num(p$ess_bulk), num(p$r_hat)))
+  }
+  # The warnings, one line per kind with the parameters and chains it concerns.
+  codes <- unique(vapply(d$warnings, function(w) w$code, ""))
+  for (code in codes) {
+    same <- Filter(function(w) w$code == code, d$warnings)
+    on <- unique(unlist(lapply(same, function(w) {
+      if (!is.null(w$parameter)) w$parameter else if (!is.null(w$chain)) paste("chain", w$chain)
+    })))
+    more <- if (length(same) > 1) sprintf(" (and %d more)", length(same) - 1) else ""
+    where <- if (length(on) > 0) paste0(" on ", paste(on, collapse = ", ")) else ""
+    cat(sprintf("warning [%s]%s: %s%s\n", code, where, same[[1]]$message, more))
+  }
+  if (length(d$warnings) > 0) {
+    cat("    try: a longer run (KAMELEON_WARMUP, KAMELEON_ITERATIONS); the README, \"Has it converged?\", says what each warning means\n")
   }
 }
 

@@ -50,6 +50,7 @@ def _json(names: list[str], slices: list[ChainSlice], thin: int, next_url: str |
                 "iterations": iterations,
                 "draws": np.ascontiguousarray(RowLayout.positions(s.rows)),
                 "log_density": np.ascontiguousarray(s.rows[:, RowLayout.LOG_DENSITY]),
+                "accepted": (s.rows[:, RowLayout.ACCEPTED] != 0).tolist(),
             }
         )
     return JSON({"param_names": names, "chains": chains, "next": next_url})

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from kameleon.core.memory import COPIES, chain_bytes, chain_floats, describe
 from kameleon.service.config import Settings
 from kameleon.service.sessions.rows import RowLayout
 from kameleon.service.store.base import Quota
@@ -25,52 +26,13 @@ __all__ = [
     "COPIES",
     "GROW_BYTES",
     "chain_bytes",
+    "chain_floats",
     "describe",
     "grant_step",
     "iteration_bytes",
     "quota_of",
     "session_bytes",
 ]
-
-#: Copies of a chain's arrays alive at once: decoded, encoded (4/3 of base64 plus JSON),
-#: and a step's temporaries.
-COPIES = 3
-
-
-def _preconditioning(d: int, params: Any) -> int:
-    """Scouting moments and factor, the preconditioner, and the whitening temporaries."""
-    if getattr(params, "preconditioning", "none") == "none":
-        return d * d + 2 * d
-    return 4 * d * d + 4 * d
-
-
-def chain_floats(algorithm: str, d: int, params: Any) -> int:
-    """The floats one chain of ``algorithm`` keeps and works with, at most."""
-    if algorithm == "rwm":
-        return 8 * d
-    if algorithm == "am":
-        # Welford mean and covariance, the window's covariance, the proposal covariance
-        # and its Cholesky factor.
-        return 4 * d * d + 4 * d
-    if algorithm == "kameleon":
-        n = int(params.subsample_size)
-        # Reservoir and subsample, kernel gradients at two points, the d x d proposal
-        # covariance and factor (d <= n) or the n x n Woodbury matrices (d > n).
-        inner = 2 * d * d if d <= n else 2 * n * n
-        return _preconditioning(d, params) + 4 * n * d + inner
-    if algorithm == "kmc-lite":
-        n = int(params.num_centres)
-        # Reservoir of centres, the n x n kernel matrix and its factor during a refit.
-        return _preconditioning(d, params) + 3 * n * d + 2 * n * n + 4 * n
-    if algorithm == "kmc-finite":
-        m, u = int(params.num_features), int(params.update_every)
-        # Frequencies, the m x m covariance and its factor, the batch of pending states.
-        return _preconditioning(d, params) + 2 * m * d + 3 * m * m + (u + 4) * d
-    raise ValueError(f"no memory model for {algorithm!r}")
-
-
-def chain_bytes(algorithm: str, d: int, params: Any) -> int:
-    return 8 * COPIES * chain_floats(algorithm, d, params)
 
 
 def session_bytes(
@@ -104,13 +66,3 @@ def quota_of(settings: Settings) -> Quota:
         bytes=settings.max_bytes_per_key,
         total_bytes=settings.max_bytes_total,
     )
-
-
-def describe(n: int) -> str:
-    """Bytes for a person: ``"2.3 GB"``."""
-    size = float(n)
-    for unit in ("bytes", "kB", "MB", "GB", "TB"):
-        if size < 1000 or unit == "TB":
-            return f"{size:.0f} {unit}" if unit == "bytes" else f"{size:.1f} {unit}"
-        size /= 1000
-    raise AssertionError  # pragma: no cover

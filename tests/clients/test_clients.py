@@ -38,7 +38,8 @@ from tests.clients.proxy import Faults, faulty_proxy
 ROOT = Path(__file__).resolve().parents[2]
 CLIENTS = ROOT / "clients"
 
-CHAINS, ITERATIONS, WARMUP, WORKERS = 64, 500, 250, 2
+# ITERATIONS: draws kept per chain after warm-up (KAMELEON_ITERATIONS).
+CHAINS, ITERATIONS, WARMUP, WORKERS = 64, 250, 250, 2
 B, V, BAND = 0.03, 25.0, 4.0
 _PHI_BAND = math.exp(-(BAND**2) / 2) / math.sqrt(2 * math.pi)
 _MASS_BAND = math.erf(BAND / math.sqrt(2))
@@ -152,7 +153,7 @@ def test_client_samples_the_banana_through_faults(
     )
     assert sorted(int(w) for w, _, _ in workers) == list(range(WORKERS)), output
     assert all(int(n) > 0 for _, n, _ in workers), output
-    assert sum(int(n) for _, n, _ in workers) >= CHAINS * (ITERATIONS + 1), output
+    assert sum(int(n) for _, n, _ in workers) >= CHAINS * (WARMUP + ITERATIONS + 1), output
 
     # -inf was met and told as null.
     assert sum(int(k) for _, _, k in workers) > 0, output
@@ -170,10 +171,64 @@ def test_client_samples_the_banana_through_faults(
     url = f"{service_url}/v1/sessions/{match[1]}"
     summary = httpx.get(url).json()
     assert summary["status"] == "done"
-    assert [c["iterations"] for c in summary["chain_summaries"]] == [ITERATIONS] * CHAINS
+    assert [c["iterations"] for c in summary["chain_summaries"]] == [WARMUP + ITERATIONS] * CHAINS
 
     diagnostics = httpx.get(url + "/diagnostics").json()
     for p, variance in zip(diagnostics["parameters"], VARIANCES, strict=True):
         tolerance = 4 * p["mcse_mean"] + 0.05 * math.sqrt(variance)
         assert abs(p["mean"]) <= tolerance, (p, tolerance)
         assert abs(p["sd"] ** 2 / variance - 1) <= 0.3, (p, variance)
+
+    # The service's warnings are shown, one line per kind.
+    codes = {w["code"] for w in diagnostics["warnings"]}
+    shown = re.findall(r"^warning \[(\w+)\]", run.stdout, re.M)
+    assert sorted(shown) == sorted(codes), output
+
+
+@pytest.mark.parametrize("client", list(BUILDERS))
+def test_client_says_so_when_nothing_is_after_warm_up(
+    client: str, service_url: str, tmp_path: Path
+) -> None:
+    """KAMELEON_ITERATIONS=0: no table of NaNs, a line that says why there is none, and
+    the service's warnings (too_few_draws) shown."""
+    argv = BUILDERS[client](tmp_path)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KAMELEON_")}
+    env |= {
+        "KAMELEON_URL": service_url,
+        "KAMELEON_CHAINS": "4",
+        "KAMELEON_ITERATIONS": "0",
+        "KAMELEON_WARMUP": "20",
+        "KAMELEON_WORKERS": "1",
+    }
+    run = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120)
+    output = f"{run.stdout}\n{run.stderr}"
+    assert run.returncode == 0, output
+    assert "no draws after warm-up yet" in run.stdout, output
+    assert "nan" not in run.stdout.lower(), output
+
+
+def test_client_defaults_are_the_shared_ones() -> None:
+    """Every client documents and uses the defaults of core/defaults.py."""
+    from kameleon.core.defaults import CHAINS as chains
+    from kameleon.core.defaults import ITERATIONS as iterations
+    from kameleon.core.defaults import WARMUP as warmup
+
+    sources = {
+        "bash": CLIENTS / "bash" / "banana.sh",
+        "c": CLIENTS / "c" / "banana.c",
+        "fortran": CLIENTS / "fortran" / "banana.f90",
+        "javascript": CLIENTS / "javascript" / "banana.mjs",
+        "r": CLIENTS / "r" / "banana.R",
+    }
+    for name, path in sources.items():
+        text = path.read_text()
+        for variable, value in (
+            ("CHAINS", chains),
+            ("ITERATIONS", iterations),
+            ("WARMUP", warmup),
+        ):
+            documented = re.search(rf"KAMELEON_{variable}\s+.*\(default (\d+)\)", text)
+            assert documented and int(documented[1]) == value, (name, variable)
+            used = re.search(rf"""KAMELEON_{variable}(?:"|\}}|:-)?[,)]?\s*:?-?\s*(\d+)""", text)
+            assert used and int(used[1]) == value, (name, variable)
+        assert "draws kept per chain after warm-up" in text, name

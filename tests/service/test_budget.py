@@ -78,7 +78,7 @@ def test_a_key_has_a_quota_of_sessions_and_of_memory(
     make_client: object, assert_problem: ProblemCheck
 ) -> None:
     client: TestClient = make_client(Settings(max_sessions_per_key=2))  # type: ignore[operator]
-    body = {"algorithm": "rwm", "dim": 2}
+    body = {"algorithm": "rwm", "dim": 2, "chains": 1, "max_iterations": None}
     first = client.post("/v1/sessions", json=body).json()["id"]
     assert client.post("/v1/sessions", json=body).status_code == 201
     problem = assert_problem(client.post("/v1/sessions", json=body), 429)
@@ -89,7 +89,7 @@ def test_a_key_has_a_quota_of_sessions_and_of_memory(
     # About 8.7 MB each for the state, and 4.2 MB for the first 1 730 draws (an
     # open-ended session reserves its draws a step at a time: budget.grant_step); on
     # Redis the rwm sessions above, which share the test's store, hold 4.2 MB each.
-    am = {"algorithm": "am", "dim": 300}
+    am = {"algorithm": "am", "dim": 300, "chains": 1, "max_iterations": None}
     roomy: TestClient = make_client(Settings(max_bytes_per_key=36_000_000))  # type: ignore[operator]
     assert roomy.post("/v1/sessions", json=am).status_code == 201
     assert roomy.post("/v1/sessions", json=am).status_code == 201
@@ -116,10 +116,16 @@ def test_the_largest_allowed_session_grows_the_process_by_about_its_estimate() -
     process = psutil.Process()
     with TestClient(create_app(Settings(max_session_bytes=budget), store=MemoryStore())) as c:
         before = process.memory_info().rss
-        created = c.post("/v1/sessions", json={"algorithm": "am", "dim": dim})
+        created = c.post(
+            "/v1/sessions",
+            json={"algorithm": "am", "dim": dim, "chains": 1, "max_iterations": None},
+        )
         assert created.status_code == 201, created.text
         c.post(f"/v1/sessions/{created.json()['id']}/ask", json={})
         grown = process.memory_info().rss - before
-        refused = c.post("/v1/sessions", json={"algorithm": "am", "dim": dim + 50})
+        refused = c.post(
+            "/v1/sessions",
+            json={"algorithm": "am", "dim": dim + 50, "chains": 1, "max_iterations": None},
+        )
         assert refused.status_code == 422
     assert grown <= budget + 32 * 2**20, (dim, grown)

@@ -28,7 +28,14 @@ ProblemCheck = Callable[[httpx.Response, int], Json]
 NAN, INF = math.nan, math.inf
 DEFAULTS = Settings()
 
-SESSION = {"algorithm": "rwm", "dim": 2, "chains": 2, "seed": 5, "warmup": 2}
+SESSION = {
+    "algorithm": "rwm",
+    "dim": 2,
+    "chains": 2,
+    "seed": 5,
+    "warmup": 2,
+    "max_iterations": None,
+}
 """The session every case runs against. Its fixture tells the initial points and three
 transitions per chain, so the next proposals, ``c0.i4`` and ``c1.i4``, are free."""
 
@@ -162,7 +169,7 @@ CASES = [
     ),
     case("initial-row-too-long", "POST", SESSIONS, create(initial=[[0, 0, 0]]), 422, "initial"),
     case("initial-rows-3-for-2", "POST", SESSIONS, create(initial=[[0, 0]] * 3), 422, "initial"),
-    case("initial-flat", "POST", SESSIONS, create(initial=[0, 0]), 422, "initial"),
+    case("initial-flat-wrong-length", "POST", SESSIONS, create(initial=[0, 0, 0]), 422, "initial"),
     case("initial-strings", "POST", SESSIONS, create(initial=[["0", "0"]]), 422, "initial"),
     case("initial-nan", "POST", SESSIONS, create(initial=[[NAN, 0]]), 422, "initial"),
     case("initial-nan-string", "POST", SESSIONS, create(initial=[["nan", 0]]), 422, "initial"),

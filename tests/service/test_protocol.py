@@ -84,6 +84,38 @@ def started(api: TestClient, sid: str) -> list[Json]:
 # ---------------------------------------------------------------------------- words
 
 
+def test_a_create_takes_the_shared_defaults(api: TestClient) -> None:
+    """'"chains": 4, // default 4', '"warmup": 1000, ... (default 1000)', '"max_iterations":
+    ... absent: warmup + 2000 (2000 draws kept per chain); null: no limit'."""
+    from kameleon.core.defaults import CHAINS, ITERATIONS, WARMUP
+
+    made = []
+    for body, want in (
+        ({"dim": 2}, WARMUP + ITERATIONS),
+        ({"dim": 2, "warmup": 10}, 10 + ITERATIONS),
+        ({"dim": 2, "max_iterations": None}, None),
+        ({"dim": 2, "max_iterations": 7}, 7),
+    ):
+        response = api.post("/v1/sessions", json=body)
+        assert response.status_code == 201, response.text
+        summary = response.json()
+        made.append(summary["id"])
+        assert summary["chains"] == CHAINS
+        assert summary["warmup"] == body.get("warmup", WARMUP)
+        assert summary["max_iterations"] == want, body
+    for sid in made:
+        api.delete(f"/v1/sessions/{sid}")
+
+
+def test_a_flat_initial_is_one_row_for_every_chain(api: TestClient, sessions: Any) -> None:
+    """'(a flat list [0, 0, ...] is that one row)'."""
+    sid = sessions(chains=3, initial=[0.5, -0.5])["id"]
+    firsts = ask(api, sid, max=10)
+    assert [p["x"] for p in firsts] == [[0.5, -0.5]] * 3
+    wrong = api.post("/v1/sessions", json={"dim": 2, "initial": [0.5, -0.5, 1.0]})
+    assert wrong.status_code == 422 and "initial" in wrong.text
+
+
 def test_each_chain_has_at_most_one_proposal_outstanding(api: TestClient, sessions: Any) -> None:
     """'Each chain has at most one proposal outstanding. Its id names the chain and the
     iteration it belongs to.'"""
@@ -429,6 +461,18 @@ def test_draws_as_npy_load_with_numpy(api: TestClient, sampled: str) -> None:
     assert array.dtype == np.float64 and array.shape == (2, 9, 2)
     as_json = api.get(f"/v1/sessions/{sampled}/draws").json()
     assert array.tolist() == [c["draws"] for c in as_json["chains"]]
+
+
+def test_draws_say_whether_each_transition_accepted(api: TestClient, sampled: str) -> None:
+    """'`accepted` says, per draw, whether its transition accepted its proposal'."""
+    page = api.get(f"/v1/sessions/{sampled}/draws", params={"include_warmup": "true"}).json()
+    for chain in page["chains"]:
+        accepted = chain["accepted"]
+        assert len(accepted) == len(chain["draws"]) and all(isinstance(a, bool) for a in accepted)
+        draws = chain["draws"]
+        for k in range(1, len(draws)):  # a rejected transition repeats the draw before
+            if not accepted[k]:
+                assert draws[k] == draws[k - 1]
 
 
 def test_next_is_relative_and_pages_cover_every_draw(api: TestClient, sampled: str) -> None:

@@ -24,13 +24,13 @@ def test_concurrent_creates_never_pass_the_quota(make_client: MakeClient) -> Non
     quota let sixty through on Redis.) The same for memory: 8 sessions of 1.2 MB each
     fit in 10 MB, not 9."""
     client = make_client(Settings(max_sessions_per_key=20))
-    body = {"algorithm": "rwm", "dim": 2, "max_iterations": 10}
+    body = {"algorithm": "rwm", "dim": 2, "chains": 1, "max_iterations": 10}
     with ThreadPoolExecutor(16) as pool:
         codes = list(pool.map(lambda _: _create(client, body), range(60)))
     assert sorted(set(codes)) == [201, 429] and codes.count(201) == 20
     assert len(client.get("/v1/sessions?limit=100").json()["sessions"]) == 20
 
-    am = {"algorithm": "am", "dim": 100, "max_iterations": 10}
+    am = {"algorithm": "am", "dim": 100, "chains": 1, "max_iterations": 10}
     size = budget.session_bytes("am", 100, 1, _params("am", 100), 10)
     roomy = make_client(Settings(max_bytes_per_key=int(8.5 * size)))
     with ThreadPoolExecutor(16) as pool:
@@ -47,7 +47,7 @@ def _params(algorithm: str, dim: int) -> object:
 def test_a_cap_across_keys_is_kept(make_client: MakeClient, assert_problem: ProblemCheck) -> None:
     """``max_bytes_total`` bounds every key's sessions together: a second key is refused
     once the first used the service's whole budget, with a message that says so."""
-    body = {"algorithm": "am", "dim": 100, "max_iterations": 10}
+    body = {"algorithm": "am", "dim": 100, "chains": 1, "max_iterations": 10}
     size = budget.session_bytes("am", 100, 1, _params("am", 100), 10)
     client = make_client(Settings(max_bytes_total=int(2.5 * size), api_key_hashes=_HASHES))
     one, two = {"X-API-Key": "one"}, {"X-API-Key": "two"}
@@ -79,7 +79,10 @@ def test_an_open_ended_session_pays_for_its_draws(
     assert step == 154
     rows = budget.iteration_bytes(50, 1)
     client = make_client(Settings(max_bytes_per_key=state + int(2.5 * step * rows)))
-    sid = client.post("/v1/sessions", json={"algorithm": "rwm", "dim": 50, "seed": 1}).json()["id"]
+    sid = client.post(
+        "/v1/sessions",
+        json={"algorithm": "rwm", "dim": 50, "chains": 1, "seed": 1, "max_iterations": None},
+    ).json()["id"]
     answer = client.post(f"/v1/sessions/{sid}/ask", json={"max": 1}).json()
     for _ in range(600):
         if answer["done"]:

@@ -253,9 +253,10 @@ class SessionSummary(BaseModel):
     acceptance_rate: float | None
     chain_summaries: list[ChainSummary]
     stop: StopRuleOut | None = Field(description="The stopping rule, or null.")
-    stopped_by: Literal["rule", "max_iterations"] | None = Field(
-        description="Why the session is done: its stopping rule was met, or every chain "
-        "reached max_iterations; null while it is not done."
+    stopped_by: Literal["rule", "max_iterations", "sampler_error"] | None = Field(
+        description="Why the session is done: its stopping rule was met, every chain "
+        "reached max_iterations, or the sampler failed on a chain (a defect: the request "
+        "that met it answered 422 `sampler-failed`); null while it is not done."
     )
     warnings: list[WarningOut] | None = Field(
         description="The warnings of the latest diagnostics (computed by GET .../diagnostics "

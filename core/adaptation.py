@@ -25,11 +25,28 @@ from kameleon.core.base import FloatArray, frozen_array
 from kameleon.core.serialization import register
 
 __all__ = [
+    "MAX_VARIANCE",
     "Welford",
     "adapt_probability",
     "learning_rate",
     "robbins_monro",
+    "usable_covariance",
 ]
+
+
+MAX_VARIANCE = 1e100
+"""The largest variance an adapted proposal covariance may have (a standard deviation of
+``1e50``): an estimate beyond it, or not finite, is not used, and the proposal keeps the
+covariance it had. A proper target with a finite scale never comes near; a flat or
+unbounded one (an improper target) would otherwise widen the proposal without end, from
+one adaptation window to the next, until the arithmetic overflows. Within this bound a
+chain's positions stay far from the float range (their squares stay finite)."""
+
+
+def usable_covariance(sigma: FloatArray) -> bool:
+    """Whether the estimated covariance ``sigma`` may become a proposal's: finite, and
+    no variance above :data:`MAX_VARIANCE`."""
+    return bool(np.all(np.isfinite(sigma)) and np.all(np.diagonal(sigma) <= MAX_VARIANCE))
 
 
 def adapt_probability(
@@ -81,9 +98,13 @@ class Welford:
 
     def update(self, x: FloatArray) -> Welford:
         n = self.count + 1
-        delta = x - self.mean
-        mean = self.mean + delta / n
-        m2 = self.m2 + np.outer(delta, x - mean)
+        # A position near the float range (told by a client, or reached on an improper
+        # target) overflows to an infinite estimate, which its users do not use
+        # (usable_covariance): silently, not as a warning.
+        with np.errstate(over="ignore", invalid="ignore"):
+            delta = x - self.mean
+            mean = self.mean + delta / n
+            m2 = self.m2 + np.outer(delta, x - mean)
         return Welford(n, frozen_array(mean), frozen_array(m2))
 
     def covariance(self) -> FloatArray:

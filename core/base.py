@@ -199,13 +199,17 @@ def metropolis_accept(
     """Metropolis-Hastings decision in log space.
 
     Returns ``(is_accepted, acceptance_probability)`` with the probability clipped to
-    ``min(1, alpha)``. ``-inf`` for the new point (outside the support) always rejects.
+    ``min(1, alpha)``. ``-inf`` for the new point (outside the support) always rejects,
+    and so does a ratio that is not a number: a proposal whose correction the arithmetic
+    could not give (a chain near the float range, on an improper target), or log
+    densities near the float range whose difference overflows against an infinite
+    correction.
     """
     if logdensity_new == -math.inf:
         return False, 0.0
     log_alpha = float(logdensity_new) - float(logdensity_old) + float(log_correction)
     if math.isnan(log_alpha):
-        raise ValueError("log acceptance ratio is NaN")
+        return False, 0.0
     log_alpha = min(0.0, log_alpha)
     return bool(math.log(uniform) < log_alpha), math.exp(log_alpha)
 

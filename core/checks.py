@@ -13,6 +13,20 @@ Codes (stable; thresholds are module constants):
     and ESS are undefined, nothing else is judged. ``value``: draws per chain.
 ``nonfinite``
     A parameter has draws that are NaN or infinite. ``value``: how many.
+``improper``
+    The chains drift without settling, as they do on a target that is not normalisable
+    (a flat or unbounded log density, e.g. a parameter without a prior): the chains do
+    not agree (some R-hat above :data:`RHAT_MAX`) and either a parameter whose R-hat
+    warns reaches :data:`DRIFT_MAGNITUDE` in magnitude, or every chain's post-warm-up
+    log density (when known) keeps rising (its second half never comes back down to the
+    highest value of its first) or never changes while the chain accepts more than
+    :data:`ACCEPTANCE_MAX` of its proposals (a uniform target on a bounded support
+    rejects those that leave it). One finding
+    for the run; ``value``: the largest magnitude a draw reached, ``parameter``: whose.
+    It says all that ``rhat``, ``ess_bulk``, ``ess_tail``, ``acceptance_low``,
+    ``acceptance_high``, ``stuck`` and ``chain_mean`` would, which are then not
+    reported. A proper target whose warm-up was far too short for it to be found can
+    also rise throughout; the message says so.
 ``rhat``
     Rank-normalised split R-hat above :data:`RHAT_MAX` (1.01): the chains do not agree
     yet. ``value`` is ``inf`` for chains stuck at different points.
@@ -74,6 +88,7 @@ __all__ = [
     "ACCEPTANCE_MIN",
     "CHAIN_Z_MAX",
     "CODES",
+    "DRIFT_MAGNITUDE",
     "ESS_PER_CHAIN_MIN",
     "HINTS",
     "RHAT_MAX",
@@ -97,12 +112,19 @@ ACCEPTANCE_MAX = 0.95
 """Post-warm-up acceptance rate above this warns."""
 CHAIN_Z_MAX = 5.0
 """A chain mean this many Monte Carlo standard errors from the others' warns."""
+DRIFT_MAGNITUDE = 1e15
+"""Draws this large in magnitude, of a parameter whose chains do not agree, are taken for
+chains drifting on an improper target: fifteen orders of magnitude beyond the unit scale
+of the samplers' first proposals. The adapted scale of a flat direction grows from one
+warm-up window to the next, past 1e18 within a default warm-up; a proper target this
+wide that has not converged warns as improper too."""
 _STUCK_ACCEPTANCE = ACCEPTANCE_MIN
 _STUCK_FALSE_ALARM = 0.01
 
 CODES = (
     "too_few_draws",
     "nonfinite",
+    "improper",
     "rhat",
     "ess_bulk",
     "ess_tail",
@@ -265,6 +287,7 @@ def check(
     acceptance: Sequence[float | None] | None = None,
     *,
     summaries: Sequence[ParameterSummary] | None = None,
+    log_density: npt.ArrayLike | None = None,
 ) -> list[Finding]:
     """The warnings of a run, in the order of :data:`CODES`, parameters and chains.
 
@@ -279,6 +302,9 @@ def check(
         ``None`` to skip the acceptance checks.
     summaries
         ``summarize(draws, names)``, when already computed.
+    log_density
+        The chains' log density at each draw, shape ``(chains, draws)``, or ``None``
+        (then ``improper`` judges by the draws' magnitude alone).
 
     Returns
     -------
@@ -306,6 +332,9 @@ def check(
     if summaries is None:
         summaries = summarize(values, names)
     found = _nonfinite(values, names)
+    improper = _improper(values, summaries, log_density, acceptance)
+    if improper is not None:  # it says what the checks below would
+        return [*found, improper]
     found += [f for p in summaries if (f := _rhat(p)) is not None]
     ess_min = float(ESS_PER_CHAIN_MIN * m)
     found += _ess(summaries, ess_min)
@@ -333,6 +362,69 @@ def _nonfinite(values: FloatArray, names: Sequence[str]) -> list[Finding]:
         for name, count in zip(names, bad, strict=True)
         if count
     ]
+
+
+def _improper(
+    values: FloatArray,
+    summaries: Sequence[ParameterSummary],
+    log_density: npt.ArrayLike | None,
+    acceptance: Sequence[float | None] | None,
+) -> Finding | None:
+    """The ``improper`` finding (see the module docstring), or ``None``."""
+    unsettled = [k for k, p in enumerate(summaries) if p["r_hat"] > RHAT_MAX]
+    if not unsettled:
+        return None
+    with np.errstate(invalid="ignore"):
+        magnitude = np.nanmax(np.where(np.isfinite(values), np.abs(values), np.nan), axis=(0, 1))
+    magnitude = np.nan_to_num(magnitude, nan=0.0)
+    k = max(unsettled, key=lambda j: float(magnitude[j]))
+    how = None
+    if magnitude[k] >= DRIFT_MAGNITUDE:
+        how = f"they reach {magnitude[k]:.3g} in {summaries[k]['name']}"
+    elif log_density is not None:
+        how = _drifting_log_density(np.asarray(log_density, dtype=np.float64), acceptance)
+    if how is None:
+        return None
+    worst = int(np.argmax(magnitude))
+    return Finding(
+        "improper",
+        summaries[worst]["name"],
+        None,
+        float(magnitude[worst]),
+        DRIFT_MAGNITUDE,
+        f"the chains drift without settling ({how}): the target may be improper (not "
+        "normalisable): a flat or unbounded log density, e.g. a missing prior. If it is "
+        "proper, the warm-up was far too short to find its mass.",
+    )
+
+
+def _drifting_log_density(
+    log_density: FloatArray, acceptance: Sequence[float | None] | None
+) -> str | None:
+    """How every chain's log density drifts, if it does: flat while the chain accepts
+    nearly everything, or rising (see the module docstring); else ``None``."""
+    if log_density.ndim != 2 or log_density.shape[1] < 2:
+        return None
+    flat = rising = 0
+    half = log_density.shape[1] // 2
+    for c in range(log_density.shape[0]):
+        chain = log_density[c]
+        if not np.all(np.isfinite(chain)):
+            return None
+        if np.all(chain == chain[0]):
+            rate = acceptance[c] if acceptance is not None else None
+            if rate is None or not rate > ACCEPTANCE_MAX:
+                return None
+            flat += 1
+        elif chain[half:].min() >= chain[:half].max() and chain[-1] > chain[0]:
+            rising += 1
+        else:
+            return None
+    if rising == 0:
+        return "the log density is the same at every draw, and nearly every proposal is accepted"
+    if flat == 0:
+        return "the log density of every chain keeps rising"
+    return "the log density of every chain keeps rising or never changes"
 
 
 def _ess(summaries: Sequence[ParameterSummary], ess_min: float) -> list[Finding]:

@@ -68,7 +68,7 @@ from typing import Any, Literal
 import numpy as np
 from scipy.linalg.blas import dtrsv
 
-from kameleon.core.adaptation import Welford, learning_rate, robbins_monro
+from kameleon.core.adaptation import Welford, learning_rate, robbins_monro, usable_covariance
 from kameleon.core.base import (
     FloatArray,
     OptionError,
@@ -207,10 +207,13 @@ def is_scouting(state: Any, params: Any) -> bool:
 def _regularised_cholesky(moments: Welford, dense: bool) -> FloatArray | None:
     """``chol(Sigma + eps diag(Sigma))`` for the window's covariance ``Sigma`` (only its
     diagonal unless ``dense``), or ``None`` if the window is too short or never moved in
-    some coordinate."""
+    some coordinate, or its covariance is not usable (:func:`core.adaptation.usable_covariance`:
+    the chain drifts on a flat or unbounded target)."""
     if moments.count < 2:
         return None
     sigma = moments.covariance()
+    if not usable_covariance(sigma):
+        return None
     sigma = 0.5 * (sigma + sigma.T)
     diagonal = np.diagonal(sigma).copy()
     if not np.all(np.isfinite(sigma)) or not np.all(diagonal > 0):
@@ -218,7 +221,10 @@ def _regularised_cholesky(moments: Welford, dense: bool) -> FloatArray | None:
     if not dense:
         return np.diag(np.sqrt(diagonal * (1 + NUGGET)))
     sigma[np.diag_indices_from(sigma)] += NUGGET * diagonal
-    return jittered_cholesky(sigma)
+    try:
+        return jittered_cholesky(sigma)
+    except np.linalg.LinAlgError:  # rounding left it far from definite: keep the last basis
+        return None
 
 
 def _scout_factor(state: Any, params: Any, dim: int) -> FloatArray:

@@ -310,7 +310,8 @@ def sample_chains(
             acceptance = [
                 float(r.accepted[warmup : r.n].mean()) if r.n > warmup else None for r in runners
             ]
-            for finding in check(draws, names, acceptance):
+            log_density = np.stack([r.logdensity[warmup : r.n] for r in runners])
+            for finding in check(draws, names, acceptance, log_density=log_density):
                 warnings.warn(SamplingWarning(finding), stacklevel=3)
     return [r.result() for r in runners]
 

@@ -319,6 +319,7 @@ def _in_process(
         run.names,
         [None if math.isnan(a) else float(a) for a in acceptance],
         summaries=summaries,
+        log_density=log_density,
     )
     diagnostics = _local_diagnostics(draws, run, acceptance, summaries)
     bar.r_hat = diagnostics.max_r_hat

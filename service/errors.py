@@ -34,6 +34,7 @@ __all__ = [
     "NotFound",
     "PayloadTooLarge",
     "Problem",
+    "SamplerFailed",
     "ServiceBusy",
     "ServiceUnavailable",
     "Unauthorized",
@@ -92,6 +93,10 @@ class Unprocessable(Problem):
 
 class TooMany(Problem):
     status, type, title = 429, "quota-exceeded", "Quota exceeded"
+
+
+class SamplerFailed(Problem):
+    status, type, title = 422, "sampler-failed", "The sampler failed"
 
 
 class ServiceUnavailable(Problem):
@@ -238,6 +243,7 @@ _DOMAIN: dict[type[domain.ServiceError], type[Problem]] = {
     domain.Conflict: Conflict,
     domain.Busy: ServiceBusy,
     domain.Quota: TooMany,
+    domain.SamplerFailed: SamplerFailed,
 }
 _HTTP_KINDS = {404: "not-found", 405: "method-not-allowed", 413: "payload-too-large"}
 _HTTP_TITLES = {404: "Not found", 413: PayloadTooLarge.title}

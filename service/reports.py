@@ -36,6 +36,14 @@ class WarningOut(BaseModel):
     - `too_few_draws`: fewer than 4 post-warm-up draws per chain, R-hat and ESS
       undefined; nothing else is judged. `value`: draws per chain.
     - `nonfinite`: a parameter has NaN or infinite draws. `value`: how many.
+    - `improper`: the chains drift without settling, as on a target that is not
+      normalisable (a flat or unbounded log density, e.g. a missing prior): some R-hat
+      is over 1.01 and a parameter whose R-hat warns reaches `threshold` (1e15) in
+      magnitude, or every chain's log density keeps rising after warm-up, or never
+      changes while the chain accepts over 95% of its proposals. One for the session
+      (`value`: the largest magnitude a draw reached, `parameter`: whose); the `rhat`,
+      `ess_*`, `acceptance_*`, `stuck` and `chain_mean` warnings it stands for are
+      then not reported.
     - `rhat`: a parameter's rank-normalised split R-hat is over 1.01: the chains do
       not agree yet. `value` null: chains stuck at different points.
     - `ess_bulk`, `ess_tail`: a parameter's bulk or tail ESS is under 100 per chain
@@ -170,6 +178,7 @@ class ProblemDetail(BaseModel):
         description="What went wrong, as a URI: `https://kameleon.dev/problems/` then one "
         "of malformed-request (400), unauthorized (401), forbidden (403), not-found (404), "
         "method-not-allowed (405), conflict (409), payload-too-large (413), invalid (422), "
+        "sampler-failed (422), "
         "quota-exceeded (429), store-unavailable (503), service-busy (503), internal (500, "
         "a bug). Stable: match on it, not on `title` or `detail`."
     )

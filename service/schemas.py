@@ -285,11 +285,12 @@ class SessionSummary(BaseModel):
     acceptance_rate: float | None
     chain_summaries: list[ChainSummary]
     stop: StopRuleOut | None = Field(description="The stopping rule, or null.")
-    stopped_by: Literal["rule", "max_iterations", "quota"] | None = Field(
+    stopped_by: Literal["rule", "max_iterations", "quota", "sampler_error"] | None = Field(
         description="Why the session is done: its stopping rule was met, every chain "
-        "reached max_iterations, or (a session without max_iterations) the memory its "
+        "reached max_iterations, (a session without max_iterations) the memory its "
         "further draws need would pass a quota (max_bytes_per_key, max_bytes_total or "
-        "max_session_bytes); null while it is not done."
+        "max_session_bytes), or the sampler failed on a chain (a defect: the request "
+        "that met it answered 422 `sampler-failed`); null while it is not done."
     )
     warnings: list[WarningOut] | None = Field(
         description="The warnings of the latest diagnostics (computed by GET .../diagnostics "

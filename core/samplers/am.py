@@ -40,7 +40,13 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from kameleon.core.adaptation import Welford, adapt_probability, learning_rate, robbins_monro
+from kameleon.core.adaptation import (
+    Welford,
+    adapt_probability,
+    learning_rate,
+    robbins_monro,
+    usable_covariance,
+)
 from kameleon.core.base import (
     ChainState,
     FloatArray,
@@ -172,17 +178,24 @@ def init(position: Any, params: Params, *, seed: int, chain: int) -> State:
     )
 
 
-def proposal_covariance(state: State, params: Params) -> FloatArray:
-    """The covariance ``C_t`` of the next proposal's increment (see the module docstring)."""
+def proposal_covariance(state: State, params: Params, *, estimate: bool = True) -> FloatArray:
+    """The covariance ``C_t`` of the next proposal's increment (see the module docstring).
+
+    An estimate that is not finite or has a variance above
+    :data:`core.adaptation.MAX_VARIANCE` (the chain drifts on a flat or unbounded
+    target) is not used, nor any estimate if not ``estimate``: the previous window's
+    covariance is, or the initial one."""
     variance_0 = params.initial_scale**2
-    if state.moments.count < params.start:
+    sigma: FloatArray | None = None
+    if estimate and state.moments.count >= params.start:
+        running = state.moments.covariance()  # symmetric only up to rounding
+        if usable_covariance(running):
+            sigma = 0.5 * (running + running.T)
+    if sigma is None:
         if state.window_covariance is not None:
             sigma = np.array(state.window_covariance)
         else:
             sigma = variance_0 * np.eye(params.dim)
-    else:
-        estimate = state.moments.covariance()  # symmetric only up to rounding
-        sigma = 0.5 * (estimate + estimate.T)
     sigma += params.nugget * variance_0 * np.eye(params.dim)
     return math.exp(state.log_lambda) * (2.38**2 / params.dim) * sigma
 
@@ -206,17 +219,24 @@ def proposal_factor(state: State, params: Params) -> FloatArray:
     chain's adaptation has stopped (past warm-up in ``"warmup"`` mode), when it is the
     same at every iteration."""
     if params.adaptation != "warmup" or state.iteration < params.warmup:
-        return jittered_cholesky(proposal_covariance(state, params))
+        return _factor(state, params)
     key = (id(state.moments), id(state.window_covariance), state.log_lambda, params)
     with _FROZEN.lock:
         hit = _FROZEN.entries.get(key)
         if hit is not None and hit[0] is state.moments:
             _FROZEN.entries.move_to_end(key)
             return hit[2]
-    factor = jittered_cholesky(proposal_covariance(state, params))
+    factor = _factor(state, params)
     factor.flags.writeable = False
     _FROZEN.put(key, (state.moments, state.window_covariance, factor))
     return factor
+
+
+def _factor(state: State, params: Params) -> FloatArray:
+    try:
+        return jittered_cholesky(proposal_covariance(state, params))
+    except np.linalg.LinAlgError:  # an estimate that rounding left far from definite
+        return jittered_cholesky(proposal_covariance(state, params, estimate=False))
 
 
 class _Frozen:
@@ -265,7 +285,7 @@ def _adapt(
         moments = moments.update(new.position)
     if t in ends and moments.count >= 2:  # a window ends: the next starts from it
         estimate = moments.covariance()
-        if np.all(np.isfinite(estimate)) and np.all(np.diagonal(estimate) > 0):
+        if usable_covariance(estimate) and np.all(np.diagonal(estimate) > 0):
             window_covariance = frozen_array(0.5 * (estimate + estimate.T))
             log_lambda = 0.0
         moments = Welford.empty(params.dim)

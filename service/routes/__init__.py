@@ -16,7 +16,8 @@ _MEANING = {
     409: "A proposal id that is not outstanding, or a conflicting reset.",
     413: "Body over the configured limit.",
     422: "Well-formed but invalid (also: a session over the memory budget, with its "
-    "estimated `bytes` and the `limit`).",
+    "estimated `bytes` and the `limit`; or `sampler-failed`: the sampler failed on a "
+    'chain, the session is stopped, `stopped_by: "sampler_error"`).',
     429: "The key's quota of sessions or memory is used up (`limit`); delete sessions to "
     "make room.",
     503: "Nothing changed; retry after `Retry-After` seconds. Problem type `store-unavailable`: "

@@ -15,7 +15,7 @@ from typing import Any
 from kameleon.core.base import Proposal
 from kameleon.core.serialization import CodecError, decode, encode
 from kameleon.service.jsonio import dumps, loads
-from kameleon.service.sessions.errors import Conflict
+from kameleon.service.sessions.errors import Conflict, guarded
 from kameleon.service.sessions.meta import SessionMeta
 from kameleon.service.store.base import ChainRecord, Store
 
@@ -182,6 +182,6 @@ class Chains:
         """The chain's outstanding proposal (computed once per version)."""
         proposal = self.outstanding(meta, chain)
         if proposal is None:
-            proposal = meta.sampler.ask(chain.state, meta.params)
+            proposal = guarded(chain.chain, lambda: meta.sampler.ask(chain.state, meta.params))
             self._proposals.put((meta.id, chain.chain), (chain.version, proposal))
         return proposal

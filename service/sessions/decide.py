@@ -20,6 +20,7 @@ from kameleon.core.serialization import cold_changed
 from kameleon.service.ids import ProposalId
 from kameleon.service.sessions.chains import ChainView, encode_state
 from kameleon.service.sessions.draws import RowLayout
+from kameleon.service.sessions.errors import guarded
 from kameleon.service.sessions.meta import SessionMeta
 from kameleon.service.store.base import ChainUpdate, Counts
 
@@ -213,8 +214,9 @@ def _decide(
         if state is not chain.state:
             return "conflict", None  # issued by no one: it follows a transition of this request
         if stepped is None:
-            proposal = outstanding or meta.sampler.ask(state, meta.params)
-            stepped = meta.sampler.tell(state, meta.params, proposal, value)
+            sampler, params = meta.sampler, meta.params
+            proposal = outstanding or guarded(chain.chain, lambda: sampler.ask(state, params))
+            stepped = guarded(chain.chain, lambda: sampler.tell(state, params, proposal, value))
         new, info = stepped
         return info.outcome, (new, info, info.outcome == "accepted")
     if pid.iteration <= state.iteration:
@@ -241,7 +243,9 @@ def _decide_initial(
         return "conflict", None
     if state.logdensity is None and init_value is None:
         sampler, params = meta.sampler, meta.params
-        new, info = sampler.tell(state, params, sampler.ask(state, params), value)
+        new, info = guarded(
+            chain.chain, lambda: sampler.tell(state, params, sampler.ask(state, params), value)
+        )
         if info.outcome == "outside_support" and not chain.given:
             new = (
                 redraw(

@@ -63,8 +63,11 @@ class Diagnostics:
             )
         common = min(len(a) for a in arrays)
         draws = np.stack([RowLayout.positions(a[:common]) for a in arrays])
+        log_density = np.stack([a[:common, RowLayout.LOG_DENSITY] for a in arrays])
         acceptance = [c["acceptance_rate"] for c in chains]
-        stats, found = await asyncio.to_thread(_compute, draws, meta.param_names, acceptance)
+        stats, found = await asyncio.to_thread(
+            _compute, draws, meta.param_names, acceptance, log_density
+        )
         warnings = [{k: _none_if_not_finite(v) for k, v in f.as_dict().items()} for f in found]
         doc = {
             "draws": common,
@@ -115,11 +118,12 @@ def crossed(meta: SessionMeta, iteration: int) -> int:
 
 
 def _compute(
-    draws: Rows, names: Sequence[str], acceptance: Sequence[float | None]
+    draws: Rows, names: Sequence[str], acceptance: Sequence[float | None], log_density: Rows
 ) -> tuple[list[Any], list[Any]]:
-    """Per-parameter statistics and the warnings of ``draws``, shape (chains, draws, dim)."""
+    """Per-parameter statistics and the warnings of ``draws``, shape (chains, draws, dim),
+    with the log density at each, shape (chains, draws)."""
     stats = summarize(draws, names)
-    return list(stats), check(draws, names, acceptance, summaries=stats)
+    return list(stats), check(draws, names, acceptance, summaries=stats, log_density=log_density)
 
 
 def _statistics(parameter: dict[str, Any]) -> Any:

@@ -3,9 +3,21 @@ turns each into its status and problem type."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
-__all__ = ["Busy", "Conflict", "Invalid", "NotFound", "Quota", "ServiceError"]
+__all__ = [
+    "Busy",
+    "Conflict",
+    "Invalid",
+    "NotFound",
+    "Quota",
+    "SamplerFailed",
+    "ServiceError",
+    "guarded",
+]
+
+T = TypeVar("T")
 
 
 class ServiceError(Exception):
@@ -38,3 +50,20 @@ class Busy(ServiceError):
 class Quota(ServiceError):
     """The caller's sessions already use what one key may have (sessions or memory);
     deleting some makes room. Nothing was changed."""
+
+
+class SamplerFailed(ServiceError):
+    """The sampler raised on a chain (a defect, or arithmetic it does not guard against);
+    the session is stopped (``stopped_by: "sampler_error"``) so that no request meets it
+    again. ``chain`` names the chain."""
+
+
+def guarded(chain: int, call: Callable[[], T]) -> T:
+    """``call()``, a sampler's ask or tell on ``chain``: whatever it raises becomes
+    :class:`SamplerFailed` (never a 500, and the session does not meet it again)."""
+    try:
+        return call()
+    except Exception as exc:
+        raise SamplerFailed(
+            f"the sampler failed on chain {chain} ({type(exc).__name__}: {exc})", chain=chain
+        ) from exc

@@ -11,6 +11,7 @@ common case) a tell or a step is one store round trip.
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -24,13 +25,15 @@ from kameleon.service.sessions.chains import LRU, Chains, ChainView, encode_stat
 from kameleon.service.sessions.decide import ChainPlan, Told, plan_chain, steady, step_steady
 from kameleon.service.sessions.diagnostics import Diagnostics, crossed
 from kameleon.service.sessions.draws import told as told_value
-from kameleon.service.sessions.errors import Busy, Conflict, Invalid, NotFound
+from kameleon.service.sessions.errors import Busy, Conflict, Invalid, NotFound, SamplerFailed
 from kameleon.service.sessions.meta import SessionMeta
 from kameleon.service.store.base import ApplyResult, ChainUpdate, Counts, QuotaExceeded, Store
 
 __all__ = ["Result", "Stepper", "session_status"]
 
 MAX_ATTEMPTS = 16
+
+log = logging.getLogger("kameleon")
 
 
 class Result(Protocol):
@@ -123,7 +126,10 @@ class Stepper:
         if unknown:
             raise Conflict(f"proposal {unknown[0]} was never issued", ids=unknown)
         ids = [r.id for r in results]
-        plans, result = await self._write(meta, by_chain, ids, want, lease, request)
+        try:
+            plans, result = await self._write(meta, by_chain, ids, want, lease, request)
+        except SamplerFailed as exc:
+            raise await self._stop(meta, exc, "nothing in this request was applied") from None
         outcomes = {i: o for plan in plans.values() for i, o in plan.outcomes.items()}
         answered = [
             {"id": r.id, "chain": t.pid.chain, "outcome": outcomes[t.at]}
@@ -133,7 +139,11 @@ class Stepper:
         for record in result.leased:
             plan = plans.get(record.chain)
             ch = plan.after if plan and plan.after else await self.chains.decode(meta, record)
-            proposals.append(self._proposal(meta, ch, record.lease_until))
+            try:
+                proposals.append(self._proposal(meta, ch, record.lease_until))
+            except SamplerFailed as exc:
+                applied = "the results told in this request were applied (a retry says duplicate)"
+                raise await self._stop(meta, exc, applied if results else "") from None
         stopped = result.stopped_by is not None
         if meta.max_iterations is None and not stopped:
             top = max((p.after.state.iteration for p in _written(plans)), default=0)
@@ -169,6 +179,14 @@ class Stepper:
             return False
         self._grants.put(meta.id, granted)
         return True
+
+    async def _stop(self, meta: SessionMeta, exc: SamplerFailed, applied: str) -> SamplerFailed:
+        """Stop a session whose sampler failed (no request meets the failure again: ask
+        and step hand out nothing more), and the error to answer."""
+        log.warning("session %s stopped: %s", meta.id, exc.detail, exc_info=exc.__cause__)
+        await self.store.stop(meta.id, "sampler_error")
+        detail = f"{exc.detail}; the session is stopped (stopped_by: sampler_error)"
+        return SamplerFailed(f"{detail}; {applied}" if applied else detail, **exc.extra)
 
     async def _write(
         self,
@@ -258,7 +276,11 @@ class Stepper:
         views = [current[c] for c in chains]
         proposals = [self.chains.proposal(meta, ch) for ch in views]
         told = [by_chain[c][0] for c in chains]
-        return dict(zip(chains, step_steady(meta, views, told, proposals), strict=True))
+        try:
+            stepped = step_steady(meta, views, told, proposals)
+        except Exception:  # plan_chain steps each alone and names the one that fails
+            return {}
+        return dict(zip(chains, stepped, strict=True))
 
     async def _read_history(
         self,

@@ -115,6 +115,22 @@ def test_warnings_are_emitted_and_kept(server: str) -> None:
         assert [w.finding.code for w in emitted] == kinds
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("algorithm", ["am", "kameleon", "kmc-finite", "kmc-lite", "rwm"])
+def test_a_flat_target_returns_with_one_warning_that_names_the_cause(algorithm: str) -> None:
+    # An improper target, the user's mistake: no exception, no numpy warning, and one
+    # SamplingWarning that says what is likely wrong (not a dozen about R-hat and ESS).
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        warnings.simplefilter("error", RuntimeWarning)
+        result = kameleon.sample(lambda x: 0.0, dim=2, algorithm=algorithm, progress=False, seed=1)
+    assert np.all(np.isfinite(result.draws)) and result.draws.shape == (4, 2000, 2)
+    assert [type(w.message) for w in caught] == [kameleon.SamplingWarning]
+    assert [w.code for w in result.warnings] == ["improper"]
+    assert "improper (not normalisable)" in str(caught[0].message)
+    assert "missing prior" in str(caught[0].message)
+
+
 def test_seed_none_draws_one_and_records_it() -> None:
     first = run(seed=None, iterations=50, warmup=50)
     assert isinstance(first.seed, int) and first.seed >= 0

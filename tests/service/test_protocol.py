@@ -689,7 +689,8 @@ def test_every_problem_has_errors_and_a_listed_type(
     parameter is named by its name."""
     listed = {
         "malformed-request", "unauthorized", "forbidden", "not-found", "method-not-allowed",
-        "conflict", "payload-too-large", "invalid", "quota-exceeded", "store-unavailable",
+        "conflict", "payload-too-large", "invalid", "sampler-failed", "quota-exceeded",
+        "store-unavailable",
         "service-busy",
     }  # fmt: skip
     answers = [

@@ -22,19 +22,21 @@ What is exact everywhere: IEEE 754 addition, subtraction, multiplication, divisi
 and square root of two doubles are correctly rounded, so each gives one result on any
 CPU; numpy's elementwise ``+ - * /`` and ``sqrt`` are those operations, one at a time
 (no ufunc fuses a multiplication into an addition), and so are Python's float
-operators. ``np.add.reduce`` along the last axis of a C-contiguous float64 array sums
-in an order fixed by the length alone (numpy's pairwise summation, eight accumulators in
-plain C, compiled without reassociation), the same for every CPU feature set numpy
-dispatches on. ``np.rint``, ``np.ldexp``, ``math.frexp``, comparisons and integer
+operators. ``np.add.reduce`` of a float64 array sums in an order fixed by its shape and layout
+alone: along a contiguous axis numpy's pairwise summation (eight accumulators, plain C
+compiled without reassociation), along another axis one elementwise addition per
+slab; the same for every CPU feature set numpy dispatches on. ``np.rint``, ``np.ldexp``, ``math.frexp``, comparisons and integer
 arithmetic are exact.
 
 Everything here is built from those operations only:
 
-* :func:`dot`, :func:`matvec`, :func:`vecmat`, :func:`matmul`: each entry of a
-  product is ``np.add.reduce(a * b)`` of a row and a column, so every product of the
-  same two vectors is the same bits, whichever function computes it.
-* :func:`cholesky`, :func:`solve_lower`, :func:`solve_upper`: a left-looking Cholesky
-  factorisation and substitutions, made of those inner products.
+* :func:`dot`, :func:`matvec`, :func:`vecmat`: elementwise products added by
+  ``np.add.reduce`` along one axis. :func:`matmul` does the same for small matrices;
+  for large ones it splits both factors into slices whose products BLAS computes
+  exactly (no rounding, so no kernel, order or thread count can change them), and adds
+  them in a fixed order: BLAS speed, the same bits everywhere.
+* :func:`cholesky`, :func:`solve_lower`, :func:`solve_upper`: a blocked left-looking
+  Cholesky factorisation and substitutions, made of those products.
 * :func:`exp`, :func:`log`, :func:`sin`, :func:`cos` on arrays, and :func:`exp1`,
   :func:`log1`, :func:`pow1` on Python floats: table-driven range reduction and short
   polynomials, with the tables computed in decimal at import. Accurate to about one
@@ -99,22 +101,88 @@ def matvec(A: FloatArray, x: FloatArray) -> FloatArray:
 
 
 def vecmat(x: FloatArray, A: FloatArray) -> FloatArray:
-    """``x A`` for ``A`` of shape ``(n, m)``: entry ``j`` is ``dot(x, A[:, j])``."""
-    return matvec(np.ascontiguousarray(np.transpose(A)), x)
+    """``x A`` for ``A`` of shape ``(n, m)``: the rows ``x_i A_i`` added elementwise, in
+    the order of ``i``."""
+    product = np.multiply(np.asarray(x)[:, None], A)
+    out: FloatArray = np.add.reduce(product, axis=0)
+    return out
 
 
 def matmul(A: FloatArray, B: FloatArray) -> FloatArray:
-    """``A B`` for shapes ``(n, k)`` and ``(k, m)``: entry ``(i, j)`` is
-    ``dot(A[i], B[:, j])``; computed in blocks of rows, ``O(n k m)``."""
+    """``A B`` for shapes ``(n, k)`` and ``(k, m)``.
+
+    Small products (``n k m <= 2^15``): the slabs ``A[:, l] B[l]`` added elementwise in
+    the order of ``l``. Larger ones go through BLAS, made exact:
+    :func:`_exact_products`. Either way the result depends only on ``A`` and ``B``.
+    """
     A = np.asarray(A, dtype=np.float64)
-    Bt = np.ascontiguousarray(np.transpose(np.asarray(B, dtype=np.float64)))
+    B = np.asarray(B, dtype=np.float64)
     n, k = A.shape
-    m = Bt.shape[0]
+    m = B.shape[1]
+    if n * k * m > _SMALL_PRODUCT:
+        product = _exact_products(A, B)
+        if product is not None:
+            return product
     out = np.empty((n, m))
     rows = max(1, _BLOCK // max(1, k * m))
     for start in range(0, n, rows):
-        block = np.multiply(A[start : start + rows, None, :], Bt[None, :, :])
-        np.add.reduce(block, axis=-1, out=out[start : start + rows])
+        block = np.multiply(A[start : start + rows, :, None], B[None, :, :])
+        np.add.reduce(block, axis=1, out=out[start : start + rows])
+    return out
+
+
+_SMALL_PRODUCT = 1 << 15
+# Entries whose magnitudes lie outside [2^-400, 2^400] (but not zero) take the slow path:
+# the slices' products stay far from underflow and overflow.
+_EXPONENT_RANGE = 400
+_SLICES = 3
+
+
+def _slices(A: FloatArray, axis: int, beta: int) -> list[FloatArray] | None:
+    """``A = A_1 + A_2 + A_3 + rest``: each slice's entries in a row (``axis=1``) or
+    column (``axis=0``) are multiples of ``2^(e + beta - 53)``, ``2^e`` a power of two
+    above their largest magnitude, so they have at most ``53 - beta`` significant bits
+    relative to it (Ozaki, Ogita, Oishi and Rump 2012, "Error-free transformations of
+    matrix multiplication"). ``(x + sigma) - sigma`` rounds ``x`` to that grid and
+    ``x - slice`` is exact: IEEE operations only. ``None`` if an entry is not finite or
+    outside the safe range."""
+    if not np.all(np.isfinite(A)):
+        return None
+    magnitude = np.abs(A)
+    nonzero = magnitude[magnitude > 0.0]
+    if nonzero.size and not (
+        nonzero.min() >= 2.0**-_EXPONENT_RANGE and nonzero.max() <= 2.0**_EXPONENT_RANGE
+    ):
+        return None
+    rest = np.array(A)
+    out = []
+    for _ in range(_SLICES):
+        _, e = np.frexp(np.max(np.abs(rest), axis=axis, keepdims=True))
+        sigma = np.ldexp(0.75, e + beta)
+        piece = rest + sigma
+        piece -= sigma
+        rest -= piece
+        out.append(piece)
+    return out
+
+
+def _exact_products(A: FloatArray, B: FloatArray) -> FloatArray | None:
+    """``A B`` as ``sum_{p + q <= 4} A_p B_q`` over the slices of :func:`_slices`, with
+    ``beta`` chosen so that every sum of ``k`` products of two slices' entries is a
+    double: BLAS then computes each ``A_p B_q`` exactly, whatever its kernel, its order
+    of summation, its fused multiply-adds or its threads, and the six exact products
+    are added in a fixed order. The terms left out are below ``2^-60`` of
+    ``max |A_i.| max |B_.j|``, far below the rounding of the sum. ``None``: use the
+    slow path."""
+    k = A.shape[1]
+    beta = (53 + max(1, k - 1).bit_length() + 1) // 2 + 1
+    a = _slices(A, 1, beta)
+    b = _slices(B, 0, beta)
+    if a is None or b is None:
+        return None
+    out: FloatArray = np.matmul(a[2], b[0])
+    for p, q in ((1, 1), (0, 2), (1, 0), (0, 1), (0, 0)):
+        out += np.matmul(a[p], b[q])
     return out
 
 
@@ -123,8 +191,11 @@ def matmul(A: FloatArray, B: FloatArray) -> FloatArray:
 
 def cholesky(A: FloatArray) -> FloatArray:
     """Lower Cholesky factor ``L`` of the symmetric positive definite ``A``
-    (``A = L L^T``; only the lower triangle of ``A`` is read). Left-looking, column by
-    column: ``O(n^3 / 3)`` operations in ``n`` numpy steps.
+    (``A = L L^T``; only the lower triangle of ``A`` is read).
+
+    Left-looking, in panels of ``_PANEL`` columns: each panel is first brought up to
+    date with the columns before it by one :func:`matmul` (the ``O(n^3)`` part), then
+    factored column by column with :func:`matvec`.
 
     Raises
     ------
@@ -135,15 +206,24 @@ def cholesky(A: FloatArray) -> FloatArray:
     A = np.asarray(A, dtype=np.float64)
     n = A.shape[0]
     L = np.zeros((n, n))
-    for j in range(n):
-        column = A[j:, j] - matvec(L[j:, :j], L[j, :j])
-        pivot = float(column[0])
-        if not pivot > 0.0 or pivot == math.inf:
-            raise np.linalg.LinAlgError("the matrix is not positive definite")
-        root = math.sqrt(pivot)
-        L[j, j] = root
-        L[j + 1 :, j] = column[1:] / root
+    for start in range(0, n, _PANEL):
+        stop = min(n, start + _PANEL)
+        panel = np.array(A[start:, start:stop])
+        if start:
+            panel -= matmul(L[start:, :start], np.transpose(L[start:stop, :start]))
+        for c in range(stop - start):
+            j = start + c
+            column = panel[c:, c] - matvec(L[j:, start:j], L[j, start:j])
+            pivot = float(column[0])
+            if not pivot > 0.0 or pivot == math.inf:
+                raise np.linalg.LinAlgError("the matrix is not positive definite")
+            root = math.sqrt(pivot)
+            L[j, j] = root
+            L[j + 1 :, j] = column[1:] / root
     return L
+
+
+_PANEL = 32
 
 
 def solve_lower(L: FloatArray, b: FloatArray) -> FloatArray:
@@ -197,13 +277,13 @@ def pairwise_distances(points: FloatArray) -> FloatArray:
 
 
 def _decimal_tables() -> tuple[list[float], list[float], list[float], list[float], list[float]]:
-    """``2^(j/64)``, ``log(1 + j/64)`` for ``j = -16..32`` (as high and low parts) and ``sin``, ``cos`` of
-    ``j pi / 128``, computed in 40-digit decimal arithmetic (software, the same on every
+    """``2^(j/256)``, ``log(1 + j/64)`` for ``j = -16..32`` (as high and low parts) and ``sin``, ``cos`` of
+    ``j pi / 512``, computed in 40-digit decimal arithmetic (software, the same on every
     machine) and rounded once to doubles."""
     with localcontext() as context:
         context.prec = 40
         two = Decimal(2)
-        exp2 = [float(two ** (Decimal(j) / 64)) for j in range(64)]
+        exp2 = [float(two ** (Decimal(j) / 256)) for j in range(256)]
         log_hi, log_lo = [], []
         for j in range(-16, 33):
             value = (1 + Decimal(j) / 64).ln()
@@ -211,11 +291,11 @@ def _decimal_tables() -> tuple[list[float], list[float], list[float], list[float
             log_hi.append(hi)
             log_lo.append(float(value - Decimal(hi)))
         pi = Decimal("3.141592653589793238462643383279502884197")
-        sin_table, cos_table = [], []
-        for j in range(256):
-            x = pi * j / 128
+        quarter_sin, quarter_cos = [], []
+        for j in range(257):  # 0 to pi/2
+            x = pi * j / 512
             s, c, term, k = Decimal(0), Decimal(0), Decimal(1), 0
-            while True:  # Taylor series of cos (even k) and sin (odd k) at once
+            while abs(term) > Decimal("1e-45"):  # Taylor series of cos and sin at once
                 if k % 4 == 0:
                     c += term
                 elif k % 4 == 1:
@@ -226,10 +306,15 @@ def _decimal_tables() -> tuple[list[float], list[float], list[float], list[float
                     s -= term
                 k += 1
                 term = term * x / k
-                if k > 60:
-                    break
-            sin_table.append(float(s))
-            cos_table.append(float(c))
+            quarter_sin.append(float(s))
+            quarter_cos.append(float(c))
+        # sin(q pi/2 + a) and cos(q pi/2 + a) from sin a and cos a: exact signs.
+        sin_table, cos_table = [], []
+        for j in range(1024):
+            q, a = divmod(j, 256)
+            sa, ca = quarter_sin[a], quarter_cos[a]
+            sin_table.append((sa, ca, -sa, -ca)[q])
+            cos_table.append((ca, -sa, -ca, sa)[q])
     return exp2, log_hi, log_lo, sin_table, cos_table
 
 
@@ -244,21 +329,20 @@ _COS_ARRAY = np.array(_COS_TABLE)
 # exact for |k| < 2^21 (every k that exp and log meet).
 _LN2_HI = float.fromhex("0x1.62e42feep-1")
 _LN2_LO = float.fromhex("0x1.a39ef35793c76p-33")
-_LN2_64_HI = _LN2_HI / 64  # exact
-_LN2_64_LO = _LN2_LO / 64
-_INV_LN2_64 = float.fromhex("0x1.71547652b82fep+6")  # 64 / ln 2
-# pi / 128 in three parts of 33, 33 and 53 bits: k * part is exact for |k| < 2^20.
-_PI_128_1 = float.fromhex("0x1.921fb54400000p-6")
-_PI_128_2 = float.fromhex("0x1.0b4611a600000p-40")
-_PI_128_3 = float.fromhex("0x1.3198a2e037073p-75")
-_INV_PI_128 = float.fromhex("0x1.45f306dc9c883p+5")  # 128 / pi
+_LN2_N_HI = _LN2_HI / 256  # exact
+_LN2_N_LO = _LN2_LO / 256
+_INV_LN2_N = float.fromhex("0x1.71547652b82fep+8")  # 256 / ln 2
+# pi / 512 in two parts of 33 and 53 bits: k * _PI_N_1 is exact for |k| < 2^20, and
+# the part left out is below 2^-95 k.
+_PI_N_1 = float.fromhex("0x1.921fb544p-8")
+_PI_N_2 = float.fromhex("0x1.0b4611a626331p-42")
+_INV_PI_N = float.fromhex("0x1.45f306dc9c883p+7")  # 512 / pi
 
 _EXP_MAX = 709.782712893384  # above: overflow to inf
 _EXP_MIN = -745.1332191019412  # below: 0
 
 # Taylor coefficients, rounded to doubles by Python's parser.
-_C2, _C3, _C4, _C5, _C6 = 1.0 / 2, 1.0 / 6, 1.0 / 24, 1.0 / 120, 1.0 / 720
-_C7 = 1.0 / 5040
+_C2, _C3, _C4, _C5 = 1.0 / 2, 1.0 / 6, 1.0 / 24, 1.0 / 120
 _T3, _T5, _T7, _T9 = 1.0 / 3, 1.0 / 5, 1.0 / 7, 1.0 / 9
 
 
@@ -272,11 +356,14 @@ def exp1(x: float) -> float:
         return math.inf if x > 0 else math.nan
     if x < _EXP_MIN:
         return 0.0
-    k = round(x * _INV_LN2_64)
-    r = (x - k * _LN2_64_HI) - k * _LN2_64_LO
-    p = r + r * r * (_C2 + r * (_C3 + r * (_C4 + r * (_C5 + r * _C6))))
-    t = _EXP2[k & 63]
-    return math.ldexp(t + t * p, k >> 6)
+    k = round(x * _INV_LN2_N)
+    r = (x - k * _LN2_N_HI) - k * _LN2_N_LO
+    p = r * _C4
+    p = (p + _C3) * r
+    p = (p + _C2) * (r * r)
+    p = p + r
+    t = _EXP2[k & 255]
+    return math.ldexp(t * p + t, k >> 8)
 
 
 def exp(x: Any) -> FloatArray:
@@ -287,24 +374,20 @@ def exp(x: Any) -> FloatArray:
 
 
 def _exp(x: FloatArray) -> FloatArray:
-    kf = np.rint(x * _INV_LN2_64)
-    r = x - kf * _LN2_64_HI
-    r -= kf * _LN2_64_LO
-    p = r * _C6
-    p += _C5
-    p *= r
-    p += _C4
-    p *= r
+    kf = np.rint(x * _INV_LN2_N)
+    r = x - kf * _LN2_N_HI
+    r -= kf * _LN2_N_LO
+    p = r * _C4
     p += _C3
     p *= r
     p += _C2
     p *= r * r
     p += r
     k = kf.astype(np.int64)  # out of range (or NaN): any index, put right below
-    t = _EXP2_ARRAY[k & 63]
+    t = _EXP2_ARRAY[k & 255]
     p *= t
     p += t
-    out: FloatArray = np.ldexp(p, k >> 6)
+    out: FloatArray = np.ldexp(p, k >> 8)
     if x.size and not (x.min() >= _EXP_MIN and x.max() <= _EXP_MAX):
         out = np.where(x > _EXP_MAX, math.inf, np.where(x < _EXP_MIN, 0.0, out))
         out[np.isnan(x)] = math.nan
@@ -391,37 +474,32 @@ def pow1(x: float, y: float) -> float:
 # --------------------------------------------------------------------------- sin, cos
 
 
-def _reduce_pi_128(x: FloatArray) -> tuple[npt.NDArray[np.int64], FloatArray, FloatArray]:
-    """``x = k pi/128 + r``, ``|r| <= pi/256``: the table index ``k mod 256`` and the
-    polynomials ``sin r`` and ``cos r - 1``."""
-    kf = np.rint(x * _INV_PI_128)
-    r = x - kf * _PI_128_1
-    r -= kf * _PI_128_2
-    r -= kf * _PI_128_3
+def _reduce_pi(x: FloatArray) -> tuple[npt.NDArray[np.int64], FloatArray, FloatArray]:
+    """``x = k pi/512 + r``, ``|r| <= pi/1024``: the table index ``k mod 1024`` and the
+    polynomials ``sin r`` and ``cos r - 1`` (terms left out: below ``2^-60``)."""
+    kf = np.rint(x * _INV_PI_N)
+    r = x - kf * _PI_N_1
+    r -= kf * _PI_N_2
     r2 = r * r
-    sin_r = r2 * -_C7
-    sin_r += _C5
-    sin_r *= r2
+    sin_r = r2 * _C5
     sin_r -= _C3
     sin_r *= r2
     sin_r *= r
     sin_r += r
-    cos_m1 = r2 * -_C6
-    cos_m1 += _C4
-    cos_m1 *= r2
+    cos_m1 = r2 * _C4
     cos_m1 -= _C2
     cos_m1 *= r2
-    index = kf.astype(np.int64) & 255  # NaN: any index, the result is NaN
+    index = kf.astype(np.int64) & 1023  # NaN: any index, the result is NaN
     return index, sin_r, cos_m1
 
 
 def sin(x: Any) -> FloatArray:
     """``sin x`` elementwise: ``sin(c + r) = sin c + (sin c (cos r - 1) + cos c sin r)``
-    with ``c = k pi/128`` from a table. About one unit in the last place for
-    ``|x| < 2^20 pi/128``; beyond, deterministic but less accurate."""
+    with ``c = k pi/512`` from a table. About one unit in the last place for
+    ``|x| < 2^20 pi/512``; beyond, deterministic but less accurate."""
     x = np.asarray(x, dtype=np.float64)
     with np.errstate(invalid="ignore"):
-        index, sin_r, cos_m1 = _reduce_pi_128(x)
+        index, sin_r, cos_m1 = _reduce_pi(x)
     s, c = _SIN_ARRAY[index], _COS_ARRAY[index]
     out: FloatArray = s * cos_m1
     out += c * sin_r
@@ -434,7 +512,7 @@ def cos(x: Any) -> FloatArray:
     (see :func:`sin`)."""
     x = np.asarray(x, dtype=np.float64)
     with np.errstate(invalid="ignore"):
-        index, sin_r, cos_m1 = _reduce_pi_128(x)
+        index, sin_r, cos_m1 = _reduce_pi(x)
     s, c = _SIN_ARRAY[index], _COS_ARRAY[index]
     out: FloatArray = c * cos_m1
     out -= s * sin_r

@@ -32,7 +32,6 @@ of random-walk Metropolis, is updated with a vanishing probability.
 
 from __future__ import annotations
 
-import math
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -41,6 +40,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 
 from kameleon.core.adaptation import Welford, adapt_probability, learning_rate, robbins_monro
+from kameleon.core.arithmetic import exp1, matvec
 from kameleon.core.base import (
     ChainState,
     FloatArray,
@@ -174,7 +174,7 @@ def init(position: Any, params: Params, *, seed: int, chain: int) -> State:
 
 def proposal_covariance(state: State, params: Params) -> FloatArray:
     """The covariance ``C_t`` of the next proposal's increment (see the module docstring)."""
-    variance_0 = params.initial_scale**2
+    variance_0 = params.initial_scale * params.initial_scale
     if state.moments.count < params.start:
         if state.window_covariance is not None:
             sigma = np.array(state.window_covariance)
@@ -184,7 +184,7 @@ def proposal_covariance(state: State, params: Params) -> FloatArray:
         estimate = state.moments.covariance()  # symmetric only up to rounding
         sigma = 0.5 * (estimate + estimate.T)
     sigma += params.nugget * variance_0 * np.eye(params.dim)
-    return math.exp(state.log_lambda) * (2.38**2 / params.dim) * sigma
+    return exp1(state.log_lambda) * (2.38 * 2.38 / params.dim) * sigma
 
 
 def ask(state: State, params: Params) -> Proposal:
@@ -198,7 +198,8 @@ def tell(
 
 
 def _propose(state: State, params: Params, rng: np.random.Generator) -> tuple[FloatArray, float]:
-    return state.position + proposal_factor(state, params) @ rng.standard_normal(params.dim), 0.0
+    step = matvec(proposal_factor(state, params), rng.standard_normal(params.dim))
+    return state.position + step, 0.0
 
 
 def proposal_factor(state: State, params: Params) -> FloatArray:

@@ -205,6 +205,8 @@ def cholesky(A: FloatArray) -> FloatArray:
     """
     A = np.asarray(A, dtype=np.float64)
     n = A.shape[0]
+    if n <= _SMALL:
+        return _small_cholesky(A)
     L = np.zeros((n, n))
     for start in range(0, n, _PANEL):
         stop = min(n, start + _PANEL)
@@ -224,12 +226,46 @@ def cholesky(A: FloatArray) -> FloatArray:
 
 
 _PANEL = 32
+# Up to this size, factors and solves run on Python floats: the same IEEE operations,
+# without numpy's overhead per call.
+_SMALL = 16
+
+
+def _small_cholesky(A: FloatArray) -> FloatArray:
+    """:func:`cholesky` on Python floats, sums in the order of the index."""
+    n = A.shape[0]
+    a = A.tolist()
+    L = [[0.0] * n for _ in range(n)]
+    for j in range(n):
+        row_j = L[j]
+        for i in range(j, n):
+            row_i = L[i]
+            total = a[i][j]
+            for k in range(j):
+                total -= row_i[k] * row_j[k]
+            if i == j:
+                if not total > 0.0 or total == math.inf:
+                    raise np.linalg.LinAlgError("the matrix is not positive definite")
+                row_j[j] = math.sqrt(total)
+            else:
+                row_i[j] = total / row_j[j]
+    return np.array(L)
 
 
 def solve_lower(L: FloatArray, b: FloatArray) -> FloatArray:
     """``L^-1 b`` for a lower triangular ``L`` with a non-zero diagonal (forward
     substitution, ``O(n^2)``)."""
     n = L.shape[0]
+    if n <= _SMALL:
+        rows, values = L.tolist(), np.asarray(b, dtype=np.float64).tolist()
+        out: list[float] = []
+        for i in range(n):
+            total = values[i]
+            row = rows[i]
+            for k in range(i):
+                total -= row[k] * out[k]
+            out.append(total / row[i])
+        return np.array(out)
     x = np.zeros(n)
     for i in range(n):
         x[i] = (float(b[i]) - dot(L[i, :i], x[:i])) / float(L[i, i])
@@ -240,6 +276,16 @@ def solve_upper(U: FloatArray, b: FloatArray) -> FloatArray:
     """``U^-1 b`` for an upper triangular ``U`` with a non-zero diagonal (back
     substitution, ``O(n^2)``)."""
     n = U.shape[0]
+    if n <= _SMALL:
+        rows, values = U.tolist(), np.asarray(b, dtype=np.float64).tolist()
+        out = [0.0] * n
+        for i in range(n - 1, -1, -1):
+            total = values[i]
+            row = rows[i]
+            for k in range(i + 1, n):
+                total -= row[k] * out[k]
+            out[i] = total / row[i]
+        return np.array(out)
     x = np.zeros(n)
     for i in range(n - 1, -1, -1):
         x[i] = (float(b[i]) - dot(U[i, i + 1 :], x[i + 1 :])) / float(U[i, i])
@@ -267,9 +313,12 @@ def squared_distances(X: FloatArray, Y: FloatArray) -> FloatArray:
 def pairwise_distances(points: FloatArray) -> FloatArray:
     """The Euclidean distances of every pair ``i < j`` of rows, in the order of
     ``scipy.spatial.distance.pdist``."""
-    n = points.shape[0]
-    i, j = np.triu_indices(n, 1)
-    out: FloatArray = np.sqrt(squared_distances(points, points)[i, j])
+    points = np.asarray(points, dtype=np.float64)
+    i, j = np.triu_indices(points.shape[0], 1)
+    diff = points[i]
+    diff -= points[j]
+    diff *= diff
+    out: FloatArray = np.sqrt(np.add.reduce(diff, axis=-1))
     return out
 
 
@@ -369,8 +418,13 @@ def exp1(x: float) -> float:
 def exp(x: Any) -> FloatArray:
     """``e^x`` elementwise (see the module docstring); ``O(1)`` numpy steps."""
     x = np.asarray(x, dtype=np.float64)
+    if x.size and x.min() >= _EXP_MIN and x.max() <= _EXP_MAX:
+        return _exp(x)  # no floating-point exception to silence
     with np.errstate(all="ignore"):  # overflow gives inf, as it should
-        return _exp(x)
+        out = _exp(x)
+    out = np.where(x > _EXP_MAX, math.inf, np.where(x < _EXP_MIN, 0.0, out))
+    out[np.isnan(x)] = math.nan
+    return out
 
 
 def _exp(x: FloatArray) -> FloatArray:
@@ -388,9 +442,6 @@ def _exp(x: FloatArray) -> FloatArray:
     p *= t
     p += t
     out: FloatArray = np.ldexp(p, k >> 8)
-    if x.size and not (x.min() >= _EXP_MIN and x.max() <= _EXP_MAX):
-        out = np.where(x > _EXP_MAX, math.inf, np.where(x < _EXP_MIN, 0.0, out))
-        out[np.isnan(x)] = math.nan
     return out
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from kameleon.core.arithmetic import cholesky, dot, log, log1, matmul, matvec, solve_lower, vecmat
+from kameleon.core.arithmetic import cholesky, dot, log1, matmul, matvec, solve_lower, vecmat
 from kameleon.core.base import FloatArray
 from kameleon.core.linalg import jittered_cholesky
 from kameleon.core.rkhs import gaussian_kernel_grad
@@ -74,7 +74,19 @@ def log_density_whitened(w: FloatArray, log_det: float) -> float:
 
 
 def log_det_cholesky(L: FloatArray) -> float:
-    return 2.0 * float(np.add.reduce(log(np.diagonal(L))))
+    """``log det (L L^T) = 2 log prod L_ii``: the product of the diagonal's mantissas,
+    renormalised as it goes, and the sum of its exponents (exact), then one log."""
+    mantissa, exponent = 1.0, 0
+    for value in np.diagonal(L).tolist():
+        m, e = math.frexp(value)
+        mantissa, exponent = mantissa * m, exponent + e
+        if mantissa < 1e-200:
+            m, e = math.frexp(mantissa)
+            mantissa, exponent = m, exponent + e
+    return 2.0 * (log1(mantissa) + exponent * _LN2)
+
+
+_LN2 = log1(2.0)
 
 
 def log_density_cholesky(r: FloatArray, gamma2: float, scale2: float, M: FloatArray) -> float:

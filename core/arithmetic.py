@@ -36,7 +36,8 @@ Everything here is built from those operations only:
   exactly (no rounding, so no kernel, order or thread count can change them), and adds
   them in a fixed order: BLAS speed, the same bits everywhere.
 * :func:`cholesky`, :func:`solve_lower`, :func:`solve_upper`: a blocked left-looking
-  Cholesky factorisation and substitutions, made of those products.
+  Cholesky factorisation and substitutions, made of those products (up to 16 x 16, the
+  same operations on Python floats).
 * :func:`exp`, :func:`log`, :func:`sin`, :func:`cos` on arrays, and :func:`exp1`,
   :func:`log1`, :func:`pow1` on Python floats: table-driven range reduction and short
   polynomials, with the tables computed in decimal at import. Accurate to about one

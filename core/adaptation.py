@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kameleon.core.arithmetic import pow1
 from kameleon.core.base import FloatArray, frozen_array
 from kameleon.core.serialization import register
 
@@ -62,14 +63,14 @@ def adapt_probability(
         return 0.0
     if mode == "warmup":
         return 1.0 if iteration <= warmup else 0.0
-    return min(1.0, math.pow(iteration - start, -kappa))
+    return min(1.0, pow1(iteration - start, -kappa))
 
 
 def learning_rate(iteration: int, start: int = 0, exponent: float = 0.5) -> float:
     """Robbins-Monro gain ``(t - start)^-exponent`` for ``t > start``, else 0."""
     if iteration <= start:
         return 0.0
-    return math.pow(iteration - start, -exponent)
+    return pow1(iteration - start, -exponent)
 
 
 def robbins_monro(

@@ -47,6 +47,7 @@ from typing import Any, Literal, Protocol, TypeVar
 import numpy as np
 import numpy.typing as npt
 
+from kameleon.core.arithmetic import exp1, log1
 from kameleon.core.options import MakeParams, OptionError, params_parser, parse_params
 from kameleon.core.rng import Stream, generator
 
@@ -211,7 +212,7 @@ def metropolis_accept(
     if math.isnan(log_alpha):
         return False, 0.0
     log_alpha = min(0.0, log_alpha)
-    return bool(math.log(uniform) < log_alpha), math.exp(log_alpha)
+    return bool(log1(uniform) < log_alpha), exp1(log_alpha)
 
 
 Propose = Callable[[S, P, np.random.Generator], tuple[npt.ArrayLike, float]]

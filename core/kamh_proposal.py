@@ -16,9 +16,8 @@ from collections import OrderedDict
 from typing import Any
 
 import numpy as np
-from scipy.linalg.blas import dtrsv
-from scipy.linalg.lapack import dpotrf
 
+from kameleon.core.arithmetic import cholesky, dot, log1, matmul, matvec, solve_lower, vecmat
 from kameleon.core.base import FloatArray
 from kameleon.core.linalg import jittered_cholesky
 from kameleon.core.rkhs import gaussian_kernel_grad
@@ -34,7 +33,7 @@ __all__ = [
     "sample_proposal",
 ]
 
-_LOG_2PI = math.log(2.0 * math.pi)
+_LOG_2PI = log1(2.0 * math.pi)
 
 
 def covariance_cholesky(gamma2: float, scale2: float, M: FloatArray) -> FloatArray:
@@ -48,30 +47,46 @@ def covariance_cholesky(gamma2: float, scale2: float, M: FloatArray) -> FloatArr
     :func:`core.linalg.jittered_cholesky`, which would change the draws: see there.)
     """
     n, d = M.shape
-    m = np.ones(n) @ M
-    R = M.T @ M
+    m = vecmat(np.ones(n), M)
+    R = matmul(np.transpose(M), M)
     R -= np.outer(m, m / n)
     R *= scale2
     R.flat[:: d + 1] += gamma2
-    L, info = dpotrf(R, lower=1)
-    if info == 0:
-        return L  # type: ignore[no-any-return]
+    if not np.all(np.isfinite(R)):
+        raise np.linalg.LinAlgError("proposal covariance is not finite")
     mean_diagonal = float(np.trace(R)) / d
-    for exponent in range(-12, 0, 2):
-        R.flat[:: d + 1] += mean_diagonal * 10.0**exponent
-        L, info = dpotrf(R, lower=1)
-        if info == 0:
-            return L  # type: ignore[no-any-return]
+    for jitter in (0.0, *_JITTERS):
+        R.flat[:: d + 1] += mean_diagonal * jitter
+        try:
+            return cholesky(R)
+        except np.linalg.LinAlgError:
+            continue
     raise np.linalg.LinAlgError("proposal covariance is not positive definite")
+
+
+# The jitter added in turn, cumulatively, relative to the mean diagonal.
+_JITTERS = (1e-12, 1e-10, 1e-8, 1e-6, 1e-4, 1e-2)
 
 
 def log_density_whitened(w: FloatArray, log_det: float) -> float:
     """``log N(r; 0, R)`` from ``w`` with ``||w||^2 = r^T R^{-1} r`` and ``log det R``."""
-    return -0.5 * (w.size * _LOG_2PI + log_det + float(w @ w))
+    return -0.5 * (w.size * _LOG_2PI + log_det + dot(w, w))
 
 
 def log_det_cholesky(L: FloatArray) -> float:
-    return 2.0 * float(np.log(np.diagonal(L)).sum())
+    """``log det (L L^T) = 2 log prod L_ii``: the product of the diagonal's mantissas,
+    renormalised as it goes, and the sum of its exponents (exact), then one log."""
+    mantissa, exponent = 1.0, 0
+    for value in np.diagonal(L).tolist():
+        m, e = math.frexp(value)
+        mantissa, exponent = mantissa * m, exponent + e
+        if mantissa < 1e-200:
+            m, e = math.frexp(mantissa)
+            mantissa, exponent = m, exponent + e
+    return 2.0 * (log1(mantissa) + exponent * _LN2)
+
+
+_LN2 = log1(2.0)
 
 
 def log_density_cholesky(r: FloatArray, gamma2: float, scale2: float, M: FloatArray) -> float:
@@ -80,7 +95,7 @@ def log_density_cholesky(r: FloatArray, gamma2: float, scale2: float, M: FloatAr
     ``O(n d^2 + d^3)``: the branch for ``d <= n``.
     """
     L = covariance_cholesky(gamma2, scale2, M)
-    return log_density_whitened(dtrsv(L, r, lower=1), log_det_cholesky(L))
+    return log_density_whitened(solve_lower(L, r), log_det_cholesky(L))
 
 
 def log_density_woodbury(r: FloatArray, gamma2: float, scale2: float, M: FloatArray) -> float:
@@ -95,13 +110,13 @@ def log_density_woodbury(r: FloatArray, gamma2: float, scale2: float, M: FloatAr
     n = M.shape[0]
     rho = scale2 / gamma2
     G = M - M.mean(axis=0)
-    S = G @ G.T
+    S = matmul(G, np.transpose(G))
     S *= rho
     S.flat[:: n + 1] += 1.0
     L = jittered_cholesky(S)  # S >= I in exact arithmetic; jitter absorbs rounding
-    w = dtrsv(L, G @ r, lower=1)
-    log_det = r.size * math.log(gamma2) + log_det_cholesky(L)
-    quad = (float(r @ r) - rho * float(w @ w)) / gamma2
+    w = solve_lower(L, matvec(G, r))
+    log_det = r.size * log1(gamma2) + log_det_cholesky(L)
+    quad = (dot(r, r) - rho * dot(w, w)) / gamma2
     return -0.5 * (r.size * _LOG_2PI + log_det + quad)
 
 
@@ -131,10 +146,10 @@ def sample_proposal(
     if d <= n:
         L = covariance_cholesky(gamma * gamma, scale2, M)
         e = rng.standard_normal(size=(d,))
-        return L @ e, log_density_whitened(e, log_det_cholesky(L))
+        return matvec(L, e), log_density_whitened(e, log_det_cholesky(L))
     u = rng.standard_normal(size=(d,))
     v = rng.standard_normal(size=(n,))
-    r = gamma * u + math.sqrt(scale2) * (v @ M - v.mean() * M.sum(axis=0))
+    r = gamma * u + math.sqrt(scale2) * (vecmat(v, M) - v.mean() * M.sum(axis=0))
     return r, log_density_woodbury(r, gamma * gamma, scale2, M)
 
 

@@ -59,6 +59,7 @@ import numpy as np
 
 from kameleon.core import preconditioning
 from kameleon.core.adaptation import Welford, adapt_probability, learning_rate, robbins_monro
+from kameleon.core.arithmetic import dot, exp1, log1
 from kameleon.core.base import (
     ChainState,
     FloatArray,
@@ -224,11 +225,11 @@ statistics and refit when due. ``adapt_weight`` is ``1 / p_t`` if the iteration 
 
 def initial_fields(position: Any, params: KMCParams, *, seed: int, chain: int) -> dict[str, Any]:
     """The shared fields of a new chain's state."""
-    log_rw_scale = math.log(params.initial_rw_scale)
+    log_rw_scale = log1(params.initial_rw_scale)
     return {
         **new_chain_fields(position, seed=seed, chain=chain),
         "log_rw_scale": log_rw_scale,
-        "log_step_size": log_rw_scale if params.step_size is None else math.log(params.step_size),
+        "log_step_size": log_rw_scale if params.step_size is None else log1(params.step_size),
         "bandwidth": None,
         **preconditioning.initial_fields(params.dim),
     }
@@ -301,16 +302,14 @@ def ask(state: KMCState, params: KMCParams, surrogate: Surrogate | None) -> Prop
         state: KMCState, params: KMCParams, rng: np.random.Generator
     ) -> tuple[FloatArray, float]:
         if surrogate is None:
-            return state.position + math.exp(state.log_rw_scale) * rng.standard_normal(
-                params.dim
-            ), 0.0
+            return state.position + exp1(state.log_rw_scale) * rng.standard_normal(params.dim), 0.0
         p0 = rng.standard_normal(params.dim)
         num_steps = int(rng.integers(params.num_steps_min, params.num_steps_max + 1))
         jitter = params.step_size_jitter
-        step_size = math.exp(state.log_step_size) * rng.uniform(1.0 - jitter, 1.0 + jitter)
+        step_size = exp1(state.log_step_size) * rng.uniform(1.0 - jitter, 1.0 + jitter)
         # The surrogate gradients are bounded, so the trajectory stays finite.
         q, p = leapfrog(state.position, p0, surrogate.gradient, step_size, num_steps)
-        return q, 0.5 * (float(p0 @ p0) - float(p @ p))
+        return q, 0.5 * (dot(p0, p0) - dot(p, p))
 
     return metropolis_ask(state, params, propose)
 
@@ -347,7 +346,7 @@ def tell(
                     - surrogate.logdensity(proposal.position)
                     - proposal.log_correction
                 )
-                leapfrog_prob = math.exp(-max(0.0, energy_error))
+                leapfrog_prob = exp1(-max(0.0, energy_error))
                 log_step_size = robbins_monro(
                     state.log_step_size, leapfrog_prob, params.target_acceptance, rate
                 )

@@ -66,9 +66,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
-from scipy.linalg.blas import dtrsv
 
 from kameleon.core.adaptation import Welford, learning_rate, robbins_monro, usable_covariance
+from kameleon.core.arithmetic import exp1, log1, matvec, solve_lower
 from kameleon.core.base import (
     FloatArray,
     OptionError,
@@ -125,11 +125,11 @@ class Preconditioner:
 
     def whiten(self, x: FloatArray) -> FloatArray:
         """``u = L^-1 (x - m)``."""
-        return frozen_array(dtrsv(self.factor, x - self.shift, lower=1))
+        return frozen_array(solve_lower(self.factor, x - self.shift))
 
     def color(self, u: FloatArray) -> FloatArray:
         """``x = m + L u``."""
-        return frozen_array(self.shift + self.factor @ u)
+        return frozen_array(self.shift + matvec(self.factor, u))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -251,9 +251,9 @@ def scout_ask(state: Any, params: Any) -> Proposal:
 
 def _scout_propose(state: Any, params: Any, rng: np.random.Generator) -> tuple[FloatArray, float]:
     dim = state.position.size
-    scale = math.exp(0.5 * state.scout_log_lambda) * 2.38 / math.sqrt(dim)
-    return state.position + scale * (
-        _scout_factor(state, params, dim) @ rng.standard_normal(dim)
+    scale = exp1(0.5 * state.scout_log_lambda) * 2.38 / math.sqrt(dim)
+    return state.position + scale * matvec(
+        _scout_factor(state, params, dim), rng.standard_normal(dim)
     ), 0.0
 
 
@@ -329,8 +329,8 @@ def is_random_walk(state: Any, params: Any) -> bool:
 def _walk_propose(state: Any, params: Any, rng: np.random.Generator) -> tuple[FloatArray, float]:
     """The mixture's random walk (see :func:`is_random_walk`)."""
     dim = state.position.size
-    scale = math.exp(0.5 * state.scout_log_lambda) * 2.38 / math.sqrt(dim)
-    return state.position + scale * (state.scout_factor @ rng.standard_normal(dim)), 0.0
+    scale = exp1(0.5 * state.scout_log_lambda) * 2.38 / math.sqrt(dim)
+    return state.position + scale * matvec(state.scout_factor, rng.standard_normal(dim)), 0.0
 
 
 def whitened(state: Any) -> Any:
@@ -404,4 +404,4 @@ def scouting_log_scale(state: Any) -> float:
     """``log sqrt(lambda s_d)``: the scouting random walk's final step per whitened
     coordinate, where a kernel method's own step sizes start."""
     dim = state.position.size
-    return 0.5 * float(state.scout_log_lambda) + math.log(2.38 / math.sqrt(dim))
+    return 0.5 * float(state.scout_log_lambda) + log1(2.38 / math.sqrt(dim))

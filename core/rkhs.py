@@ -17,8 +17,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.spatial.distance import cdist, pdist
 
+from kameleon.core.arithmetic import exp, pairwise_distances, squared_distances
 from kameleon.core.base import FloatArray
 
 __all__ = ["gaussian_kernel", "gaussian_kernel_grad", "median_bandwidth"]
@@ -63,7 +63,7 @@ def median_bandwidth(
             pts = pts[:max_points]
         else:
             pts = pts[rng.choice(pts.shape[0], size=max_points, replace=False)]
-    distances = pdist(pts) if pts.shape[0] >= 2 else np.empty(0)
+    distances = pairwise_distances(pts) if pts.shape[0] >= 2 else np.empty(0)
     distances = distances[distances > 0.0]
     if distances.size == 0:
         raise ValueError("the median heuristic needs at least two distinct points")
@@ -85,8 +85,8 @@ def gaussian_kernel(X: FloatArray, Y: FloatArray, bandwidth: float) -> FloatArra
     ndarray
         Shape ``(m, n)``.
     """
-    sq: FloatArray = cdist(np.atleast_2d(X), np.atleast_2d(Y), "sqeuclidean")
-    return np.exp(sq / (-2.0 * bandwidth * bandwidth))
+    sq = squared_distances(X, Y)
+    return exp(sq / (-2.0 * bandwidth * bandwidth))
 
 
 def gaussian_kernel_grad(x: FloatArray, Z: FloatArray, bandwidth: float) -> FloatArray:
@@ -108,6 +108,6 @@ def gaussian_kernel_grad(x: FloatArray, Z: FloatArray, bandwidth: float) -> Floa
     """
     diff = Z - x
     inv_l2 = 1.0 / (bandwidth * bandwidth)
-    k = np.exp(np.einsum("ij,ij->i", diff, diff) * (-0.5 * inv_l2))
+    k = exp(np.add.reduce(diff * diff, axis=-1) * (-0.5 * inv_l2))
     diff *= (k * inv_l2)[:, None]
     return diff

@@ -112,7 +112,7 @@ def run_chain(
         If the initial point is outside the support (and is not drawn, or every drawn
         point was), or ``logdensity_fn`` returns NaN or ``+inf``.
     """
-    with single_threaded_blas():  # reproducible arithmetic (core.linalg)
+    with single_threaded_blas():  # see core.linalg
         runner = Runner(
             sampler,
             params,
@@ -258,7 +258,7 @@ def sample_chains(
     )
     total = warmup + iterations
     names = [f"x{i}" for i in range(dim)]
-    with single_threaded_blas():  # reproducible arithmetic (core.linalg)
+    with single_threaded_blas():  # see core.linalg
         params = sampler.make_params(dim, options or {}, warmup=warmup)
         need = inprocess_bytes(algorithm, dim, chains, params, total)
         limit = memory_limit() if max_bytes is None else max_bytes

@@ -31,9 +31,20 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.linalg import cho_factor, cho_solve, lapack
-from scipy.spatial.distance import pdist, squareform
 
+from kameleon.core.arithmetic import (
+    cholesky,
+    cos,
+    dot,
+    exp,
+    matmul,
+    matvec,
+    sin,
+    solve_lower,
+    solve_upper,
+    squared_distances,
+    vecmat,
+)
 from kameleon.core.base import FloatArray
 from kameleon.core.rkhs import gaussian_kernel, gaussian_kernel_grad
 
@@ -86,13 +97,13 @@ def lite_statistics(
     """
     z = np.asarray(centres, dtype=np.float64)
     sigma = 2.0 * bandwidth * bandwidth
-    sq = squareform(pdist(z, "sqeuclidean"))
-    K = np.exp(sq / -sigma)  # from sq, which b and C need too, not core.rkhs
+    sq = squared_distances(z, z)
+    K = exp(sq / -sigma)  # from sq, which b and C need too, not core.rkhs
     Ksq = K * sq
     b = (2.0 / sigma) * Ksq.sum(axis=1) - z.shape[1] * K.sum(axis=1)
     # (z_i - z_k).(z_j - z_k) = (|z_i - z_k|^2 + |z_j - z_k|^2 - |z_i - z_j|^2) / 2
-    M = Ksq @ K
-    C = 0.5 * (M + M.T - sq * (K @ K))
+    M = matmul(Ksq, K)
+    C = 0.5 * (M + M.T - sq * matmul(K, K))
     return K, b, C
 
 
@@ -101,7 +112,8 @@ def lite_objective(alpha: FloatArray, b: FloatArray, C: FloatArray, bandwidth: f
     :func:`lite_statistics`)."""
     sigma = 2.0 * bandwidth * bandwidth
     n = alpha.shape[0]
-    return float(2.0 / (n * sigma) * (alpha @ b) + 2.0 / (n * sigma**2) * (alpha @ C @ alpha))
+    quadratic = dot(alpha, matvec(C, alpha))
+    return float(2.0 / (n * sigma) * dot(alpha, b) + 2.0 / (n * sigma * sigma) * quadratic)
 
 
 def fit_lite(centres: FloatArray, bandwidth: float, regularization: float) -> FloatArray:
@@ -137,7 +149,8 @@ def fit_lite(centres: FloatArray, bandwidth: float, regularization: float) -> Fl
     lam = regularization * np.trace(C) / n
     A = C + lam * K
     A[np.diag_indices_from(A)] += lam
-    alpha: FloatArray = -bandwidth * bandwidth * cho_solve(cho_factor(A), b)  # -(sigma/2) A^-1 b
+    L = cholesky(A)  # A = L L^T
+    alpha: FloatArray = -bandwidth * bandwidth * solve_upper(L.T, solve_lower(L, b))
     if not np.all(np.isfinite(alpha)):
         raise FloatingPointError("lite score-matching solution is not finite")
     return alpha
@@ -164,11 +177,11 @@ class LiteSurrogate:
     def logdensity(self, x: FloatArray) -> float:
         """``f(x)``, up to the unknown normalising constant; ``O(n d)``."""
         k = gaussian_kernel(self.centres, x, self.bandwidth)
-        return float(self.alpha @ k[:, 0])
+        return dot(self.alpha, k[:, 0])
 
     def gradient(self, x: FloatArray) -> FloatArray:
         """``grad f(x) = sum_i alpha_i grad_x k(x, z_i)``; ``O(n d)``."""
-        return self.alpha @ gaussian_kernel_grad(x, self.centres, self.bandwidth)
+        return vecmat(self.alpha, gaussian_kernel_grad(x, self.centres, self.bandwidth))
 
 
 # --------------------------------------------------------------------------- finite
@@ -196,7 +209,7 @@ def finite_regularizer(omega: FloatArray, regularization: float) -> float:
     ridge the size of one isotropic "fake observation", as in the reference code.
     """
     m = omega.shape[1]
-    return float(regularization * np.einsum("ij,ij->", omega, omega) / (m * m))
+    return float(regularization * float(np.add.reduce(np.ravel(omega * omega))) / (m * m))
 
 
 def finite_initial(omega: FloatArray, regularization: float) -> tuple[FloatArray, FloatArray]:
@@ -210,7 +223,8 @@ def finite_initial(omega: FloatArray, regularization: float) -> tuple[FloatArray
 def _feature_argument(points: FloatArray, omega: FloatArray, phase: FloatArray) -> FloatArray:
     """``Omega^T x + u`` for each row ``x`` of ``points``, shape ``(k, m)``; the features
     are ``sqrt(2/m) cos`` of it."""
-    arg: FloatArray = np.atleast_2d(points) @ omega + phase
+    arg: FloatArray = matmul(np.atleast_2d(points), omega)
+    arg += phase
     return arg
 
 
@@ -239,7 +253,7 @@ def finite_update(
 
     ``R`` is updated without forming ``S``: the upper-triangular QR factor of
     ``[R; Phidot]`` (the ``k d`` derivative rows stacked below ``R``) is the Cholesky
-    factor of ``S + Phidot^T Phidot`` (LAPACK ``dtpqrt``, signs fixed so the diagonal
+    factor of ``S + Phidot^T Phidot`` (Householder reflections, signs fixed so the diagonal
     is positive, as in the Cholesky factor).
 
     Parameters
@@ -268,24 +282,52 @@ def finite_update(
     k, m = arg.shape
     d = omega.shape[0]
     scale = math.sqrt(2.0 / m)
-    cos, sin = scale * np.cos(arg), scale * np.sin(arg)
+    cosine, sine = scale * cos(arg), scale * sin(arg)
     w = np.ones(k) if weights is None else np.asarray(weights, dtype=np.float64)
     # Row (i, l) of the stacked, weighted derivatives: -sqrt(w_i) sin(x_i) * Omega_l.
-    phidot = -((np.sqrt(w)[:, None] * sin)[:, None, :] * omega[None, :, :]).reshape(k * d, m)
-    new_factor, _, _, info = lapack.dtpqrt(0, min(k * d, m), factor, phidot)
-    if info != 0:  # pragma: no cover - only for invalid arguments
-        raise ValueError(f"dtpqrt failed with info={info}")
-    new_factor = np.triu(new_factor)
+    phidot = -((np.sqrt(w)[:, None] * sine)[:, None, :] * omega[None, :, :]).reshape(k * d, m)
+    new_factor = _qr_update(factor, phidot)
     new_factor *= np.copysign(1.0, np.diag(new_factor))[:, None]
     if not np.all(np.isfinite(new_factor)):
         raise FloatingPointError("finite score-matching factor is not finite")
-    new_b = b + (w @ cos) * np.einsum("ij,ij->j", omega, omega)
+    squared_norms = np.add.reduce(np.ascontiguousarray((omega * omega).T), axis=-1)
+    new_b = b + vecmat(w, cosine) * squared_norms
     return new_factor, new_b
+
+
+def _qr_update(R: FloatArray, P: FloatArray) -> FloatArray:
+    """The upper triangular factor of the QR factorisation of ``[R; P]``, ``R`` upper
+    triangular ``(m, m)``, ``P`` of shape ``(r, m)``: one Householder reflection per
+    column, which zeroes that column of ``P`` into the diagonal of ``R`` (LAPACK's
+    ``dtpqrt`` with ``l = 0``, in :mod:`core.arithmetic`'s reproducible operations).
+    ``O(r m^2)``; ``R`` and ``P`` are not modified. The diagonal may come out negative.
+    """
+    R = np.array(R, dtype=np.float64)
+    P = np.array(P, dtype=np.float64)
+    m = R.shape[0]
+    for j in range(m):
+        x = P[:, j]
+        sigma = dot(x, x)
+        if sigma == 0.0:
+            continue
+        alpha = float(R[j, j])
+        beta = -math.copysign(math.sqrt(alpha * alpha + sigma), alpha)
+        tau = (beta - alpha) / beta
+        v = x / (alpha - beta)  # the reflector (1; v)
+        if j + 1 < m:
+            rest = P[:, j + 1 :]
+            w = R[j, j + 1 :] + vecmat(v, rest)
+            w *= tau
+            R[j, j + 1 :] -= w
+            rest -= np.multiply.outer(v, w)
+        R[j, j] = beta
+        P[:, j] = 0.0
+    return R
 
 
 def finite_solve(factor: FloatArray, b: FloatArray) -> FloatArray:
     """``theta = S^-1 b`` from the Cholesky factor ``R`` of ``S``; ``O(m^2)``."""
-    return cho_solve((factor, False), b)  # type: ignore[no-any-return]
+    return solve_upper(factor, solve_lower(np.ascontiguousarray(factor.T), b))
 
 
 @dataclass(frozen=True, slots=True)
@@ -307,11 +349,11 @@ class FiniteSurrogate:
     def logdensity(self, x: FloatArray) -> float:
         """``f(x)``, up to the unknown normalising constant; ``O(d m)``."""
         arg = _feature_argument(x, self.omega, self.phase)[0]
-        return math.sqrt(2.0 / arg.size) * float(np.cos(arg) @ self.theta)
+        return math.sqrt(2.0 / arg.size) * dot(cos(arg), self.theta)
 
     def gradient(self, x: FloatArray) -> FloatArray:
         """``grad f(x) = -sqrt(2/m) Omega (sin(Omega^T x + u) * theta)``; ``O(d m)``."""
         arg = _feature_argument(x, self.omega, self.phase)[0]
-        grad: FloatArray = self.omega @ (np.sin(arg) * self.theta)
+        grad: FloatArray = matvec(self.omega, sin(arg) * self.theta)
         grad *= -math.sqrt(2.0 / arg.size)
         return grad

@@ -32,7 +32,6 @@ of random-walk Metropolis, is updated with a vanishing probability.
 
 from __future__ import annotations
 
-import math
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -47,6 +46,7 @@ from kameleon.core.adaptation import (
     robbins_monro,
     usable_covariance,
 )
+from kameleon.core.arithmetic import exp1, matvec
 from kameleon.core.base import (
     ChainState,
     FloatArray,
@@ -185,7 +185,7 @@ def proposal_covariance(state: State, params: Params, *, estimate: bool = True) 
     :data:`core.adaptation.MAX_VARIANCE` (the chain drifts on a flat or unbounded
     target) is not used, nor any estimate if not ``estimate``: the previous window's
     covariance is, or the initial one."""
-    variance_0 = params.initial_scale**2
+    variance_0 = params.initial_scale * params.initial_scale
     sigma: FloatArray | None = None
     if estimate and state.moments.count >= params.start:
         running = state.moments.covariance()  # symmetric only up to rounding
@@ -197,7 +197,7 @@ def proposal_covariance(state: State, params: Params, *, estimate: bool = True) 
         else:
             sigma = variance_0 * np.eye(params.dim)
     sigma += params.nugget * variance_0 * np.eye(params.dim)
-    return math.exp(state.log_lambda) * (2.38**2 / params.dim) * sigma
+    return exp1(state.log_lambda) * (2.38 * 2.38 / params.dim) * sigma
 
 
 def ask(state: State, params: Params) -> Proposal:
@@ -211,7 +211,8 @@ def tell(
 
 
 def _propose(state: State, params: Params, rng: np.random.Generator) -> tuple[FloatArray, float]:
-    return state.position + proposal_factor(state, params) @ rng.standard_normal(params.dim), 0.0
+    step = matvec(proposal_factor(state, params), rng.standard_normal(params.dim))
+    return state.position + step, 0.0
 
 
 def proposal_factor(state: State, params: Params) -> FloatArray:

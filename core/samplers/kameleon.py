@@ -45,15 +45,14 @@ Implementation notes, with the reference code's pitfalls fixed:
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 import numpy as np
-from scipy.linalg.blas import dtrsv
 
 from kameleon.core import preconditioning
 from kameleon.core.adaptation import Welford, adapt_probability, learning_rate, robbins_monro
+from kameleon.core.arithmetic import exp1, log1, matvec, solve_lower
 from kameleon.core.base import (
     ChainState,
     FloatArray,
@@ -181,7 +180,7 @@ class Params(PreconditionOptions):
 
     @property
     def initial_nu2(self) -> float:
-        return self.nu2 if self.nu2 is not None else 2.38**2 / self.dim
+        return self.nu2 if self.nu2 is not None else 2.38 * 2.38 / self.dim
 
 
 @register("kameleon.State")
@@ -230,7 +229,7 @@ def init(position: Any, params: Params, *, seed: int, chain: int) -> State:
     reservoir = frozen_array(np.empty((0, params.dim)))
     return State(
         **new_chain_fields(position, seed=seed, chain=chain),
-        log_nu2=math.log(params.initial_nu2),
+        log_nu2=log1(params.initial_nu2),
         reservoir=reservoir,
         history_size=0,
         subsample=None if params.adaptation == "warmup" else reservoir,
@@ -271,7 +270,7 @@ def tell(
 def _handover(state: State, params: Params) -> State:
     """Scouting ended: ``nu^2`` starts from the scouting scale (for a wide kernel the
     kernel part is ``nu^2 Cov(Z)``, and ``Cov(Z)`` is about ``I`` in whitened coordinates)."""
-    log_nu2 = math.log(params.initial_nu2) + state.scout_log_lambda
+    log_nu2 = log1(params.initial_nu2) + state.scout_log_lambda
     return dataclasses.replace(state, log_nu2=log_nu2)
 
 
@@ -286,17 +285,18 @@ def _propose(state: State, params: Params, rng: np.random.Generator) -> tuple[Fl
     Z = _proposal_subsample(state)
     bandwidth = state.bandwidth
     gamma2 = params.gamma * params.gamma
-    scale2 = math.exp(state.log_nu2) * bandwidth**4 / Z.shape[0]
+    bandwidth2 = bandwidth * bandwidth
+    scale2 = exp1(state.log_nu2) * (bandwidth2 * bandwidth2) / Z.shape[0]
     if params.dim <= Z.shape[0]:
         # Both densities by Cholesky factors of R at x and at x*; the factor at x was
         # usually computed by the previous ask (x was its x* or its x).
         L, log_det = FACTORS.get(x, Z, bandwidth, gamma2, scale2)
         e = rng.standard_normal(size=(params.dim,))
-        step = L @ e
+        step = matvec(L, e)
         log_q_forward = log_density_whitened(e, log_det)
         x_new = x + step
         L_new, log_det_new = FACTORS.get(x_new, Z, bandwidth, gamma2, scale2)
-        log_q_backward = log_density_whitened(dtrsv(L_new, -step, lower=1), log_det_new)
+        log_q_backward = log_density_whitened(solve_lower(L_new, -step), log_det_new)
     else:
         M = gaussian_kernel_grad(x, Z, bandwidth)
         step, log_q_forward = sample_proposal(rng, params.gamma, scale2, M)

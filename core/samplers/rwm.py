@@ -15,6 +15,7 @@ from typing import Any, Literal
 import numpy as np
 
 from kameleon.core.adaptation import adapt_probability, learning_rate, robbins_monro
+from kameleon.core.arithmetic import exp1, log1
 from kameleon.core.base import (
     ChainState,
     FloatArray,
@@ -82,7 +83,7 @@ make_params = params_parser(Params)
 def init(position: Any, params: Params, *, seed: int, chain: int) -> State:
     return State(
         **new_chain_fields(position, seed=seed, chain=chain),
-        log_scale=math.log(params.initial_scale),
+        log_scale=log1(params.initial_scale),
     )
 
 
@@ -97,7 +98,7 @@ def tell(
 
 
 def _propose(state: State, params: Params, rng: np.random.Generator) -> tuple[FloatArray, float]:
-    return state.position + math.exp(state.log_scale) * rng.standard_normal(params.dim), 0.0
+    return state.position + exp1(state.log_scale) * rng.standard_normal(params.dim), 0.0
 
 
 def _adapt(

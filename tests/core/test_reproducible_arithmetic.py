@@ -1,0 +1,191 @@
+"""A chain's draws do not depend on the machine: the same bits under every BLAS kernel,
+BLAS thread count, numpy CPU-feature set and glibc math build this CPU can run.
+
+Each setting is a subprocess (they are fixed when a process starts) that runs every
+sampler through its warm-up (scouting, adaptation windows, surrogate fits) and a few
+hundred iterations after, and prints a hash of the draws. See core/arithmetic.py and
+PROTOCOL.md, "Guarantees".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from kameleon.core import SAMPLERS
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Options that bring each kernel method in early: its fits, preconditioner and adapted
+# scales are all on the path of the draws compared.
+OPTIONS: dict[str, dict[str, Any]] = {
+    "rwm": {},
+    "am": {"adapt_start": 20},
+    "kameleon": {"subsample_size": 60},
+    "kmc-lite": {"num_centres": 60, "min_history": 20, "update_every": 15},
+    "kmc-finite": {"num_features": 40, "min_history": 20, "update_every": 10},
+}
+DIM, WARMUP, ITERATIONS, CHAINS = 3, 200, 300, 2
+
+SCRIPT = """
+import hashlib, json, sys
+import numpy as np
+from kameleon.core import SAMPLERS
+
+options, dim, warmup, iterations, chains = json.loads(sys.argv[1])
+
+def banana(x):
+    return -0.5 * float(x[0] * x[0] / 4 + (x[1] + 0.3 * x[0] * x[0] - 1.2) ** 2 + x[2] * x[2])
+
+out = {}
+for name, opts in options.items():
+    sampler = SAMPLERS[name]
+    params = sampler.make_params(dim, opts, warmup=warmup)
+    digest = hashlib.sha256()
+    kernel = True
+    for chain in range(chains):
+        state = sampler.init(np.full(dim, 0.5), params, seed=11, chain=chain)
+        while state.iteration < iterations:
+            proposal = sampler.ask(state, params)
+            state, _ = sampler.tell(state, params, proposal, banana(proposal.position))
+            digest.update(state.position.tobytes())
+            digest.update(proposal.position.tobytes())
+        kernel = kernel and getattr(state, "bandwidth", 1.0) is not None
+    out[name] = [digest.hexdigest(), kernel]
+print(json.dumps(out))
+"""
+
+
+def _features() -> dict[str, bool]:
+    try:
+        from numpy._core._multiarray_umath import __cpu_features__
+    except ImportError:  # pragma: no cover - numpy 1
+        from numpy.core._multiarray_umath import __cpu_features__
+    return dict(__cpu_features__)
+
+
+def _dispatched() -> list[str]:
+    try:
+        from numpy._core._multiarray_umath import __cpu_dispatch__
+    except ImportError:  # pragma: no cover - numpy 1
+        from numpy.core._multiarray_umath import __cpu_dispatch__
+    return list(__cpu_dispatch__)
+
+
+def settings() -> dict[str, dict[str, str]]:
+    """The settings to compare, each as the environment variables that make it; only
+    those this CPU can run (an OpenBLAS kernel for instructions the CPU lacks would die
+    of an illegal instruction)."""
+    features = _features()
+    out: dict[str, dict[str, str]] = {
+        "default": {},
+        "two-blas-threads": {"OPENBLAS_NUM_THREADS": "2"},
+    }
+    kernels = {
+        "Prescott": "SSE3",
+        "Sandybridge": "AVX",
+        "Haswell": "AVX2",
+        "Zen": "AVX2",
+        "SkylakeX": "AVX512F",
+    }
+    for kernel, needs in kernels.items():
+        if features.get(needs) and (needs == "SSE3" or features.get("FMA3", True)):
+            out[kernel] = {"OPENBLAS_CORETYPE": kernel, "OPENBLAS_NUM_THREADS": "1"}
+    if "X86_V3" in _dispatched():  # numpy 2.4's name for AVX2 + FMA3 and friends
+        out["numpy-baseline-simd"] = {"NPY_DISABLE_CPU_FEATURES": "X86_V3 X86_V4"}
+    elif "AVX2" in _dispatched():  # pragma: no cover - older numpy
+        out["numpy-baseline-simd"] = {"NPY_DISABLE_CPU_FEATURES": "AVX2 FMA3 AVX512F"}
+    if sys.platform == "linux" and features.get("FMA3"):
+        # glibc's exp, log, sin, cos, pow without their FMA builds (as on a CPU without FMA)
+        out["glibc-without-fma"] = {"GLIBC_TUNABLES": "glibc.cpu.hwcaps=-AVX2,-FMA,-AVX"}
+    return out
+
+
+def _run(environment: dict[str, str]) -> subprocess.Popen[str]:
+    names = ("OPENBLAS_CORETYPE", "OPENBLAS_NUM_THREADS", "NPY_DISABLE_CPU_FEATURES")
+    env = {k: v for k, v in os.environ.items() if k not in names and k != "GLIBC_TUNABLES"}
+    env.update(environment)
+    argument = json.dumps([OPTIONS, DIM, WARMUP, ITERATIONS, CHAINS])
+    return subprocess.Popen(
+        [sys.executable, "-c", SCRIPT, argument],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+@pytest.fixture(scope="module")
+def hashes() -> dict[str, dict[str, list[Any]]]:
+    """Every setting's draws, the subprocesses two at a time."""
+    pending = list(settings().items())
+    out: dict[str, dict[str, list[Any]]] = {}
+    while pending:
+        batch, pending = pending[:2], pending[2:]
+        running = [(name, _run(env)) for name, env in batch]
+        for name, process in running:
+            stdout, stderr = process.communicate(timeout=600)
+            assert process.returncode == 0, f"{name}: {stderr}"
+            out[name] = json.loads(stdout.strip().splitlines()[-1])
+    return out
+
+
+def test_the_settings_include_several_blas_kernels() -> None:
+    if _features().get("AVX2") and _features().get("FMA3"):
+        assert {"Prescott", "Sandybridge", "Haswell"} <= settings().keys()
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLERS))
+def test_draws_are_the_same_bits_in_every_setting(
+    name: str, hashes: dict[str, dict[str, list[Any]]]
+) -> None:
+    reference, kernel = hashes["default"][name]
+    assert kernel, f"{name}: the kernel method never ran; the test would prove little"
+    differing = {s: h[name][0] for s, h in hashes.items() if h[name][0] != reference}
+    assert not differing, f"{name}: draws differ from the default setting's in {sorted(differing)}"
+
+
+def test_the_module_is_exact_where_it_says() -> None:
+    from kameleon.core import arithmetic as a
+
+    rng = np.random.default_rng(3)
+    A, B = rng.standard_normal((7, 5)), rng.standard_normal((5, 6))
+    assert np.allclose(a.matmul(A, B), A @ B, rtol=1e-14, atol=1e-14)
+    assert np.array_equal(a.matvec(A, B[:, 0]), [a.dot(row, B[:, 0]) for row in A])
+    assert np.allclose(a.vecmat(A[:, 0], A), A[:, 0] @ A, rtol=1e-14, atol=1e-14)
+    # Large products go through BLAS, exactly: the result does not depend on how BLAS
+    # sums, so it is the same for a transposed layout, and as accurate as BLAS's own.
+    C, D = rng.standard_normal((90, 70)), rng.standard_normal((70, 80)) * 1e3
+    big = a.matmul(C, D)
+    assert np.array_equal(big, a.matmul(np.asfortranarray(C), np.asfortranarray(D)))
+    assert np.allclose(big, C @ D, rtol=1e-13, atol=1e-10)
+    x = np.concatenate([rng.uniform(-745, 709, 2000), rng.uniform(-1, 1, 2000)])
+    assert np.array_equal(a.exp(x), [a.exp1(v) for v in x.tolist()])
+    assert np.allclose(a.exp(x), np.exp(x), rtol=4e-16, atol=0)
+    p = np.abs(x) + 1e-300
+    assert np.array_equal(a.log(p), [a.log1(v) for v in p.tolist()])
+    assert np.allclose(a.log(p), np.log(p), rtol=5e-16, atol=1e-300)
+    assert np.allclose(a.sin(x[2000:] * 50), np.sin(x[2000:] * 50), rtol=0, atol=3e-16)
+    assert np.allclose(a.cos(x[2000:] * 50), np.cos(x[2000:] * 50), rtol=0, atol=3e-16)
+    S = A.T @ A + np.eye(5)
+    L = a.cholesky(S)
+    assert np.allclose(L @ L.T, S, rtol=1e-14, atol=1e-14)
+    b = rng.standard_normal(5)
+    assert np.allclose(L @ a.solve_lower(L, b), b, atol=1e-14)
+    assert np.allclose(L.T @ a.solve_upper(L.T, b), b, atol=1e-14)
+    with pytest.raises(np.linalg.LinAlgError):
+        a.cholesky(-S)
+    assert a.exp1(800.0) == np.inf and a.exp1(-800.0) == 0.0
+    assert a.log1(0.0) == -np.inf and a.log1(1.0) == 0.0
+    special = a.exp(np.array([800.0, -800.0, np.nan]))
+    assert special[0] == np.inf and special[1] == 0.0 and np.isnan(special[2])

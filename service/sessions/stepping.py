@@ -124,7 +124,9 @@ class Stepper:
             by_chain.setdefault(t.pid.chain, []).append(t)
         unknown = [results[t.at].id for t in told if t.pid.chain >= meta.chains]
         if unknown:
-            raise Conflict(f"proposal {unknown[0]} was never issued", ids=unknown)
+            why = f"is not outstanding: the session has no such chain ({meta.chains} chains)"
+            errors = [{"id": i, "message": f"proposal {i} {why}"} for i in unknown]
+            raise Conflict(errors[0]["message"], ids=unknown, errors=errors)
         ids = [r.id for r in results]
         try:
             plans, result = await self._write(meta, by_chain, ids, want, lease, request)
@@ -212,8 +214,7 @@ class Stepper:
                 await self._read_history(meta, decided.missing, history)
                 continue
             if decided.conflicts:
-                refused = [ids[i] for i in decided.conflicts]
-                raise Conflict(f"proposal {refused[0]} is not outstanding", ids=refused)
+                raise _refusal(decided.conflicts, ids, by_chain, current)
             result = await self.store.apply(
                 meta.id,
                 decided.updates,
@@ -335,6 +336,35 @@ class Stepper:
 def _written(plans: dict[int, ChainPlan]) -> list[Any]:
     """The plans that write."""
     return [p for p in plans.values() if p.after is not None]
+
+
+def _refusal(
+    refused: Sequence[int],
+    ids: Sequence[str],
+    by_chain: dict[int, list[Told]],
+    current: dict[int, ChainView],
+) -> Conflict:
+    """The 409 for results that cannot be applied, saying for each why: told before with
+    another value (the first stands), or not outstanding (never issued by its chain, or
+    made obsolete by a reset)."""
+    told = {t.at: t for ts in by_chain.values() for t in ts}
+    errors = []
+    for at in refused:
+        pid = told[at].pid
+        state = current[pid.chain].state
+        answered = pid.epoch == state.epoch and (
+            pid.iteration <= state.iteration if pid.iteration else state.logdensity is not None
+        )
+        why = (
+            "was told before with another value; the first value stands"
+            if answered
+            else "is not outstanding: its chain never issued it, or a reset made it obsolete"
+        )
+        errors.append({"id": ids[at], "message": f"proposal {ids[at]} {why}"})
+    detail = errors[0]["message"]
+    if len(errors) > 1:
+        detail += f" (and {len(errors) - 1} more: see errors)"
+    return Conflict(detail, ids=[ids[at] for at in refused], errors=errors)
 
 
 def _same_value(a: float, b: float) -> bool:

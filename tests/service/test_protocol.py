@@ -319,6 +319,7 @@ def test_a_conflicting_value_is_a_409_and_the_first_stands(
     problem = assert_problem(response, 409)
     assert problem["ids"] == [first["id"]]
     assert problem["errors"] == [{"id": first["id"], "message": problem["detail"]}]
+    assert "told before with another value" in problem["detail"]
     assert state(api, sid) == before  # the good result beside it was not applied either
 
 
@@ -333,8 +334,20 @@ def test_an_id_never_issued_is_a_409(
     response = api.post(
         f"/v1/sessions/{sid}/tell", json={"results": [{"id": never, "log_density": -1.0}]}
     )
-    assert assert_problem(response, 409)["ids"] == [never]
+    problem = assert_problem(response, 409)
+    assert problem["ids"] == [never] and "not outstanding" in problem["errors"][0]["message"]
     assert state(api, sid) == before
+
+
+def test_an_id_not_of_the_services_form_is_a_422(
+    api: TestClient, sessions: Any, assert_problem: ProblemCheck
+) -> None:
+    """'An id that is not of the form the service gives out (`zzz`, `c0`) is invalid
+    input: 422 naming `results.N.id`.'"""
+    sid = sessions()["id"]
+    body = {"results": [{"id": "zzz", "log_density": -1.0}]}
+    problem = assert_problem(api.post(f"/v1/sessions/{sid}/tell", json=body), 422)
+    assert problem["errors"][0]["field"] == "results.0.id"
 
 
 def test_one_bad_result_fails_the_whole_batch_before_anything_is_applied(

@@ -286,7 +286,8 @@ def finite_update(
     w = np.ones(k) if weights is None else np.asarray(weights, dtype=np.float64)
     # Row (i, l) of the stacked, weighted derivatives: -sqrt(w_i) sin(x_i) * Omega_l.
     phidot = -((np.sqrt(w)[:, None] * sine)[:, None, :] * omega[None, :, :]).reshape(k * d, m)
-    new_factor = _qr_update(factor, phidot)
+    with np.errstate(all="ignore"):  # absurd points: a non-finite factor, refused below
+        new_factor = _qr_update(factor, phidot)
     new_factor *= np.copysign(1.0, np.diag(new_factor))[:, None]
     if not np.all(np.isfinite(new_factor)):
         raise FloatingPointError("finite score-matching factor is not finite")

@@ -170,7 +170,7 @@ def test_a_good_run_has_no_warning(client: TestClient) -> None:
     # AM on a 2-d standard normal, 4 chains of 5000 draws after 1000 of warm-up: over
     # seeds 0 to 4 (the same chains in process), R-hat at most 1.0032 (bound 1.01), bulk
     # ESS at least 2100 and tail ESS at least 2370 (bound 400).
-    sid = create(client, warmup=1000, seed=2)["id"]
+    sid = create(client, warmup=1000, seed=2, max_iterations=6000)["id"]
     run(client, sid, 6000)
     body = get(client, f"/v1/sessions/{sid}/diagnostics")
     assert body["draws"] == 5000
@@ -218,6 +218,7 @@ def test_the_stop_rule_ends_a_session_early(client: TestClient) -> None:
         "proposals": [],
         "status": "done",
         "done": True,
+        "next_lease_expires_at": None,
     }
     assert post(client, f"/v1/sessions/{sid}/step", {"results": [], "max": 4})["proposals"] == []
 
@@ -266,6 +267,7 @@ def test_a_stop_is_seen_by_every_service_process(start_client: ClientFactory) ->
         "proposals": [],
         "status": "done",
         "done": True,
+        "next_lease_expires_at": None,
     }
     assert get(b, f"/v1/sessions/{sid}")["stopped_by"] == "rule"
 

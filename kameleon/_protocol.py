@@ -186,7 +186,10 @@ class _Protocol:
         options: Mapping[str, Any] | None,
         stop: Mapping[str, Any] | None,
         idempotency_key: str | None = None,
+        open_ended: bool = False,
     ) -> _Call:
+        if open_ended and max_iterations is not None:
+            raise ValueError("give max_iterations or open_ended=True, not both")
         if initial is not None:
             rows = np.asarray(initial, dtype=np.float64)
             initial = (rows.reshape(1, -1) if rows.ndim == 1 else rows).tolist()
@@ -205,6 +208,8 @@ class _Protocol:
             options=dict(options) if options is not None else None,
             stop=dict(stop) if stop is not None else None,
         )
+        if open_ended:  # an explicit null: no end but the stopping rule or a delete
+            body["max_iterations"] = None
         # A lost answer to a create may have created a session: its retries carry the
         # same idempotency key, and the service answers the session the first made.
         key = idempotency_key if idempotency_key is not None else secrets.token_hex(16)

@@ -102,6 +102,7 @@ class AsyncClient(_Protocol):
         options: Mapping[str, Any] | None = None,
         stop: Mapping[str, Any] | None = None,
         idempotency_key: str | None = None,
+        open_ended: bool = False,
     ) -> Session:
         call = self._create(
             dim,
@@ -118,6 +119,7 @@ class AsyncClient(_Protocol):
             options,
             stop,
             idempotency_key,
+            open_ended,
         )
         return Session.from_json(await self._json(call))
 

@@ -38,6 +38,8 @@ from kameleon.remote import session_result
 __all__ = ["main"]
 
 EXIT_FAILED, EXIT_USAGE = 1, 2
+#: Stopped by Ctrl-C (128 + SIGINT, as a shell reports it).
+EXIT_INTERRUPTED = 130
 
 
 def _client_options(parser: argparse.ArgumentParser) -> None:
@@ -235,7 +237,7 @@ def _run(args: argparse.Namespace) -> int:
     interrupted = [w for w in caught if issubclass(w.category, Interrupted)]
     for w in interrupted:
         print(f"kameleon: {w.message}", file=sys.stderr)
-    return 130 if interrupted else 0
+    return EXIT_INTERRUPTED if interrupted else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -254,6 +256,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands["drive-umbridge"] = drive
     try:
         return commands[args.command](args)
+    except KeyboardInterrupt:
+        # Before a session existed (a run that had one says how to go on, above).
+        print("kameleon: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
     except ValueError as exc:  # a bad argument the parser could not see
         print(f"kameleon: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

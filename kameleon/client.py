@@ -143,11 +143,14 @@ class Client(_Protocol):
         options: Mapping[str, Any] | None = None,
         stop: Mapping[str, Any] | None = None,
         idempotency_key: str | None = None,
+        open_ended: bool = False,
     ) -> Session:
         """``POST /v1/sessions``; omitted fields take the service's defaults. ``initial``:
         one point for every chain, or one row per chain. Retried like every call: its
         retries carry one ``Idempotency-Key`` (a new one per call unless given), so a
-        create whose answer was lost makes one session, not two."""
+        create whose answer was lost makes one session, not two. ``max_iterations``
+        omitted takes the service's default (warm-up + 2000); ``open_ended=True`` asks
+        for a session with no end but its stopping rule (``max_iterations: null``)."""
         call = self._create(
             dim,
             algorithm,
@@ -163,6 +166,7 @@ class Client(_Protocol):
             options,
             stop,
             idempotency_key,
+            open_ended,
         )
         return Session.from_json(self._json(call))
 

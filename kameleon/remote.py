@@ -64,22 +64,27 @@ def served(
         raise ValueError("warmup + iterations must be positive")
     with connect() as client:
         session_id = _create(client, run, pseudo_marginal)
-        if run.progress:
-            print(f"kameleon: watch it at {session_page(client, session_id)}", file=sys.stderr)
-        total = run.chains * (run.warmup + run.iterations)
-        return _drive(
-            client,
-            connect,
-            session_id,
-            run.logdensity,
-            run.chains,
-            total,
-            run.progress,
-            workers=workers,
-            parallel=parallel,
-            lease_seconds=lease_seconds,
-            names=run.names,
-        )
+        try:
+            if run.progress:
+                print(f"kameleon: watch it at {session_page(client, session_id)}", file=sys.stderr)
+            total = run.chains * (run.warmup + run.iterations)
+            return _drive(
+                client,
+                connect,
+                session_id,
+                run.logdensity,
+                run.chains,
+                total,
+                run.progress,
+                workers=workers,
+                parallel=parallel,
+                lease_seconds=lease_seconds,
+                names=run.names,
+            )
+        except KeyboardInterrupt:  # before the workers started: the session is there
+            result = session_result(client, session_id, chains=run.chains, names=run.names)
+            warnings.warn(Interrupted(resume_hint(session_id, client.url)), stacklevel=3)
+            return result
 
 
 def served_session(

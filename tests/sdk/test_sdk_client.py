@@ -203,6 +203,26 @@ def test_api_keys_go_in_x_api_key() -> None:
             anonymous.list_sessions()
 
 
+def test_max_iterations_is_the_default_given_or_open_ended(server: str) -> None:
+    # Omitted: the service's default (warm-up + 2000); open_ended=True sends an explicit
+    # null (no end but a stopping rule); both at once is a mistake caught before sending.
+    with kameleon.Client(server) as client:
+        default = client.create_session(2, warmup=10)
+        given = client.create_session(2, warmup=10, max_iterations=50)
+        endless = client.create_session(2, warmup=10, open_ended=True)
+        assert default.max_iterations == 10 + 2000
+        assert given.max_iterations == 50
+        assert endless.max_iterations is None
+        with pytest.raises(ValueError, match="not both"):
+            client.create_session(2, max_iterations=50, open_ended=True)
+
+    async def main() -> int | None:
+        async with kameleon.AsyncClient(server) as client:
+            return (await client.create_session(2, open_ended=True)).max_iterations
+
+    assert asyncio.run(main()) is None
+
+
 def test_the_async_client_speaks_the_same_protocol(server: str) -> None:
     async def main() -> tuple[Draws, int]:
         async with kameleon.AsyncClient(server) as client:

@@ -240,6 +240,35 @@ def test_cli_run_interrupted_names_the_session_and_joins_it(server: str, tmp_pat
     assert "SamplingWarning" not in joined.stderr
 
 
+def test_cli_ctrl_c_before_any_session_is_one_line(tmp_path: Path) -> None:
+    # Interrupted while loading the model (the first moments of a run): no traceback.
+    (tmp_path / "model.py").write_text(
+        "import os, signal\nos.kill(os.getpid(), signal.SIGINT)\ndef logp(x):\n    return 0.0\n"
+    )
+    run = cli("run", "model:logp", "--dim", "2", "--no-progress", cwd=tmp_path)
+    assert run.returncode == 130, run.stdout + run.stderr
+    assert "Traceback" not in run.stderr and "kameleon: interrupted" in run.stderr
+
+
+@pytest.mark.filterwarnings("ignore::kameleon.core.checks.SamplingWarning")
+def test_ctrl_c_before_the_workers_start_keeps_the_session(
+    server: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Between the create and the workers' start: the session exists, so the run returns
+    # it as it stands and says how to go on, as an interruption later does.
+    import kameleon.remote
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(kameleon.remote, "_drive", interrupted)
+    with pytest.warns(Interrupted) as caught:
+        partial = kameleon.sample(normal, dim=2, url=server, seed=1, progress=False)
+    assert partial.session is not None
+    assert f"session={partial.session!r}" in str(caught[0].message)
+    assert partial.draws.shape[1] == 0
+
+
 def test_an_interactive_command_names_the_url_it_cannot_reach() -> None:
     started = time.monotonic()
     run = cli("sessions", "list", "--url", "http://127.0.0.1:9")

@@ -108,6 +108,12 @@ def _drop_none(**fields: Any) -> dict[str, Any]:
     return {k: v for k, v in fields.items() if v is not None}
 
 
+def _leases_call(session_id: str, ids: Sequence[str], lease_seconds: float) -> _Call:
+    """``POST /v1/sessions/{id}/leases`` (a retry sets the same leases again)."""
+    body = {"ids": [str(i) for i in ids], "lease_seconds": float(lease_seconds)}
+    return _Call("POST", f"sessions/{session_id}/leases", body)
+
+
 def _step_call(
     session_id: str,
     verb: str,

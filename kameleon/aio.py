@@ -15,6 +15,7 @@ from kameleon._protocol import (
     _Call,
     _drop_none,
     _join_npy,
+    _leases_call,
     _npy,
     _Protocol,
     _results,
@@ -27,6 +28,7 @@ from kameleon.models import (
     Diagnostics,
     Draws,
     Health,
+    Lease,
     Session,
     SessionPage,
     StepAnswer,
@@ -174,6 +176,21 @@ class AsyncClient(_Protocol):
     ) -> StepAnswer:
         call = _step_call(session_id, "step", results, max, lease_seconds, wait_seconds, request_id)
         return StepAnswer.from_json(await self._json(call))
+
+    async def renew_leases(
+        self, session_id: str, ids: Sequence[str], lease_seconds: float
+    ) -> list[Lease]:
+        """Make the leases of the outstanding proposals ``ids`` run out ``lease_seconds``
+        from now (an evaluation that takes longer than its lease)."""
+        if not lease_seconds > 0:
+            raise ValueError("lease_seconds must be positive (release_leases hands back)")
+        answer = await self._json(_leases_call(session_id, ids, lease_seconds))
+        return [Lease.from_json(doc) for doc in answer["leases"]]
+
+    async def release_leases(self, session_id: str, ids: Sequence[str]) -> list[Lease]:
+        """Hand the outstanding proposals ``ids`` back: the next ask hands them out again."""
+        answer = await self._json(_leases_call(session_id, ids, 0.0))
+        return [Lease.from_json(doc) for doc in answer["leases"]]
 
     async def reset_chain(
         self, session_id: str, chain: int, initial: Sequence[float]

@@ -233,6 +233,23 @@ class TellOutcome:
 
 
 @dataclass(frozen=True, slots=True)
+class Lease:
+    """A proposal's lease as renewed (``lease_expires_at``) or handed back (``None``)."""
+
+    id: str
+    chain: int
+    lease_expires_at: datetime | None
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> Lease:
+        return cls(
+            id=str(doc["id"]),
+            chain=int(doc["chain"]),
+            lease_expires_at=_time(doc.get("lease_expires_at")),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class StepAnswer:
     """The answer of ask (``results`` empty), tell (``proposals`` empty) or step."""
 

@@ -3,6 +3,7 @@ ask for proposals with a lease, evaluate them and step, until the session is don
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
 import threading
@@ -305,31 +306,45 @@ def _worker(
     lease_seconds: float,
     state: _Shared,
 ) -> None:
-    """Ask, evaluate, step, until the session is done or the run stops."""
+    """Ask, evaluate, step, until the session is done or the run stops; stopped, hand
+    back the proposals it holds."""
     try:
         with connect() as client:
             answer = client.ask(session_id, max=batch, lease_seconds=lease_seconds)
-            while not state.stop.is_set():
-                if answer.status == "needs_initial_point":
-                    state.needs_initial = True
-                    state.stop.set()
-                    return
-                if not answer.proposals:
-                    if answer.done:
+            try:
+                while not state.stop.is_set():
+                    if answer.status == "needs_initial_point":
+                        state.needs_initial = True
+                        state.stop.set()
                         return
-                    # Every free chain is leased to another worker: the server holds the
-                    # ask until a proposal frees up (a long poll, a second at a time so
-                    # that a stop is seen).
-                    answer = client.ask(
-                        session_id, max=batch, lease_seconds=lease_seconds, wait_seconds=1.0
-                    )
-                    continue
-                results = _evaluate(answer.proposals, logdensity, pool, state)
-                answer = _step(client, session_id, results, batch, lease_seconds, state)
-    except _Stop:
-        return
+                    if not answer.proposals:
+                        if answer.done:
+                            return
+                        # Every free chain is leased to another worker: the server holds
+                        # the ask until a proposal frees up (a long poll, a second at a
+                        # time so that a stop is seen).
+                        answer = client.ask(
+                            session_id, max=batch, lease_seconds=lease_seconds, wait_seconds=1.0
+                        )
+                        continue
+                    results = _evaluate(answer.proposals, logdensity, pool, state)
+                    answer = _step(client, session_id, results, batch, lease_seconds, state)
+            except _Stop:
+                pass
+            _hand_back(client, session_id, answer.proposals)
     except BaseException as exc:
         state.fail(exc)
+
+
+def _hand_back(client: Client, session_id: str, proposals: list[Proposal]) -> None:
+    """A stopped worker's leased proposals, handed back so that a worker joining the
+    session gets them at once, not when their leases run out (best effort: one try, so
+    that an interruption never waits on a service that does not answer)."""
+    if not proposals:
+        return
+    client.retry_seconds = 0.0
+    with contextlib.suppress(Exception):
+        client.release_leases(session_id, [p.id for p in proposals])
 
 
 def _evaluate(

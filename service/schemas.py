@@ -44,6 +44,8 @@ __all__ = [
     "DrawsChain",
     "DrawsPage",
     "Health",
+    "LeasesRequest",
+    "LeasesResponse",
     "ProblemDetail",
     "ProposalOut",
     "ResetRequest",
@@ -416,6 +418,34 @@ class StepResponse(BaseModel):
     status: SessionStatus = Field(description=_SESSION_STATUS)
     done: bool
     next_lease_expires_at: datetime | None = Field(description=_NEXT_EXPIRY)
+
+
+class LeasesRequest(_Request):
+    ids: list[Annotated[str, StringConstraints(min_length=1, max_length=100)]] = Field(
+        min_length=1,
+        max_length=MAX_COUNT,
+        description="Ids of outstanding proposals (handed out, not yet told).",
+    )
+    lease_seconds: Annotated[float, Strict()] = Field(
+        ge=0,
+        description="Each lease now runs out this many seconds from now (at most the "
+        "maximum lease); 0 hands the proposals back: the next ask hands them out again.",
+    )
+
+
+class LeaseOut(BaseModel):
+    id: str
+    chain: int
+    lease_expires_at: datetime | None = Field(
+        description="When the lease runs out now; null when handed back, or when the "
+        "session is done (nothing is leased then)."
+    )
+
+
+class LeasesResponse(BaseModel):
+    leases: list[LeaseOut] = Field(description="One per id, in request order.")
+    status: SessionStatus = Field(description=_SESSION_STATUS)
+    done: bool
 
 
 class ResetRequest(_Request):

@@ -1,4 +1,5 @@
-"""The ask/tell loop: ask, tell, step, and a new initial point for a chain.
+"""The ask/tell loop: ask, tell, step, leases renewed or handed back, and a new initial
+point for a chain.
 
 ``ask``, ``tell`` and ``step`` are hot routes (:mod:`kameleon.service.routes.hot`): declared
 like any route, handled without FastAPI's per-request work.
@@ -18,6 +19,8 @@ from kameleon.service.schemas import (
     AskRequest,
     AskResponse,
     ChainSummary,
+    LeasesRequest,
+    LeasesResponse,
     ResetRequest,
     StepRequest,
     StepResponse,
@@ -87,6 +90,21 @@ async def step(session_id: str, body: StepRequest, sessions: SessionsDep, owner:
             request=body.request_id,
         )
     )
+
+
+@router.post(
+    "/leases", name="set_leases", response_model=LeasesResponse, responses=problems(404, 409, 422)
+)
+async def set_leases(
+    session_id: str, body: LeasesRequest, sessions: SessionsDep, owner: OwnerDep
+) -> JSON:
+    """Renew the leases of outstanding proposals (``lease_seconds`` > 0: each now runs
+    out that many seconds from now), or hand them back (0: the next ask hands them out
+    again, same ids and points). For a worker whose evaluation takes longer than its
+    lease, or that stops before it can tell. An id that is not outstanding (told
+    already, never issued, obsolete) refuses the whole request with 409 and changes
+    nothing."""
+    return JSON(await sessions.set_leases(session_id, owner, body.ids, body.lease_seconds))
 
 
 @router.post(

@@ -3,7 +3,8 @@
 - :mod:`.catalog`: sessions as a whole (create, metadata, summary, list, delete);
   :mod:`.meta` is what a session is, and the checks of a new one.
 - :mod:`.stepping`: ask, tell, step and reset; :mod:`.decide` is the exactly-once
-  decision per chain (pure), :mod:`.chains` the chains as this process sees them.
+  decision per chain (pure), :mod:`.chains` the chains as this process sees them;
+  :mod:`.leases` renews leases or hands them back.
 - :mod:`.draws`: the draw row layout and reading draws; :mod:`.diagnostics`:
   diagnostics, warnings and the stopping rule.
 
@@ -26,6 +27,7 @@ from kameleon.service.sessions.chains import Chains
 from kameleon.service.sessions.diagnostics import Diagnostics
 from kameleon.service.sessions.draws import ChainSlice, DrawsQuery, read_slices
 from kameleon.service.sessions.errors import Invalid, NotFound
+from kameleon.service.sessions.leases import set_leases
 from kameleon.service.sessions.meta import SessionMeta
 from kameleon.service.sessions.stepping import Result, Stepper
 from kameleon.service.sessions.trace import (
@@ -164,6 +166,19 @@ class SessionService:
         answer = {"results": outcomes, "proposals": proposals, **status}
         if self.observe is not None:
             self.observe.count_answer(answer)
+        return answer
+
+    async def set_leases(
+        self, session_id: str, owner: str, ids: Sequence[str], lease_seconds: float
+    ) -> dict[str, Any]:
+        """Renew or hand back leases (:mod:`.leases`); a proposal handed back wakes the
+        long polls waiting for one."""
+        self.stepper.lease(lease_seconds)  # the limit of every lease
+        with self._gone(session_id):
+            meta = await self.catalog.meta(session_id, owner)
+            answer = await set_leases(self.store, self.stepper.chains, meta, ids, lease_seconds)
+        if lease_seconds == 0:
+            self.waiting.wake(session_id)
         return answer
 
     async def reset_chain(

@@ -7,6 +7,7 @@ the store again only for chains the store says have moved on (see ``stepping``).
 
 from __future__ import annotations
 
+import dataclasses
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -110,6 +111,15 @@ class Chains:
 
     def remember(self, meta: SessionMeta, chain: ChainView) -> None:
         self._chains.put((meta.id, chain.chain), chain)
+
+    def rewritten(self, meta: SessionMeta, chain: ChainView) -> None:
+        """``chain`` was written back unchanged (its lease set): remember it one version
+        on, with the proposal it waits for."""
+        new = dataclasses.replace(chain, version=chain.version + 1)
+        self.remember(meta, new)
+        cached = self._proposals.get((meta.id, chain.chain))
+        if cached is not None and cached[0] == chain.version:
+            self._proposals.put((meta.id, chain.chain), (new.version, cached[1]))
 
     async def decode(self, meta: SessionMeta, record: ChainRecord) -> ChainView:
         """A record with its state decoded, from the cache when it is the same record."""

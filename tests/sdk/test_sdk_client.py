@@ -223,6 +223,31 @@ def test_max_iterations_is_the_default_given_or_open_ended(server: str) -> None:
     assert asyncio.run(main()) is None
 
 
+def test_leases_are_renewed_and_handed_back(server: str) -> None:
+    with kameleon.Client(server) as client:
+        session = client.create_session(2, chains=2, seed=3, warmup=10)
+        first = client.ask(session.id, max=2, lease_seconds=5).proposals
+        (renewed,) = client.renew_leases(session.id, [first[0].id], 600)
+        assert renewed.id == first[0].id and renewed.lease_expires_at is not None
+        assert first[0].lease_expires_at is not None
+        assert renewed.lease_expires_at > first[0].lease_expires_at
+        (back,) = client.release_leases(session.id, [first[1].id])
+        assert back.lease_expires_at is None
+        (again,) = client.ask(session.id, max=2).proposals
+        assert (again.id, again.x) == (first[1].id, first[1].x)
+        client.tell(session.id, [(first[0].id, -1.0)])
+        with pytest.raises(kameleon.Conflict, match="told already"):
+            client.renew_leases(session.id, [first[0].id], 60)
+        with pytest.raises(ValueError, match="positive"):
+            client.renew_leases(session.id, [again.id], 0)
+
+        async def main() -> list[kameleon.models.Lease]:
+            async with kameleon.AsyncClient(server) as aclient:
+                return await aclient.release_leases(session.id, [again.id])
+
+        assert [lease.lease_expires_at for lease in asyncio.run(main())] == [None]
+
+
 def test_the_async_client_speaks_the_same_protocol(server: str) -> None:
     async def main() -> tuple[Draws, int]:
         async with kameleon.AsyncClient(server) as client:

@@ -196,6 +196,10 @@ def test_ctrl_c_through_a_service_says_how_to_go_on(server: str) -> None:
         )
     message = str(caught[0].message)
     assert partial.session is not None and f"session={partial.session!r}" in message
+    # The interrupted worker handed its proposals back: all four chains are free now,
+    # not when their leases run out.
+    with kameleon.Client(server) as client:
+        assert len(client.ask(partial.session, max=4, lease_seconds=0.01).proposals) == 4
     # Going on: the session is joined and finished.
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", SamplingWarning)

@@ -20,6 +20,7 @@ PROTOCOL = {
     ("post", "/v1/sessions/{session_id}/ask"),
     ("post", "/v1/sessions/{session_id}/tell"),
     ("post", "/v1/sessions/{session_id}/step"),
+    ("post", "/v1/sessions/{session_id}/leases"),
     ("get", "/v1/sessions/{session_id}/draws"),
     ("get", "/v1/sessions/{session_id}/diagnostics"),
     ("get", "/v1/sessions/{session_id}/trace"),

@@ -440,6 +440,81 @@ def test_a_finished_session_answers_done(api: TestClient, sessions: Any) -> None
     assert [c["iterations"] for c in summary["chain_summaries"]] == [3, 3]
 
 
+# --------------------------------------------------------------------------- leases
+
+
+def test_a_renewed_lease_runs_out_later(api: TestClient, sessions: Any) -> None:
+    """'Renewing (`lease_seconds` > 0 ...) makes each named proposal's lease run out
+    that many seconds from now, whether or not it had run out.'"""
+    sid = sessions(chains=2)["id"]
+    first, ran_out = ask(api, sid, max=2, lease_seconds=0.05)
+    renewed = post(api, sid, "leases", {"ids": [first["id"]], "lease_seconds": 600})
+    (lease,) = renewed["leases"]
+    assert (lease["id"], lease["chain"]) == (first["id"], first["chain"])
+    assert lease["lease_expires_at"] > first["lease_expires_at"]
+    assert renewed["done"] is False and renewed["status"] == "warmup"
+    time.sleep(0.1)  # both first leases have run out; the renewed one runs
+    post(api, sid, "leases", {"ids": [ran_out["id"]], "lease_seconds": 600})
+    assert ask(api, sid, max=2) == []
+    # The proposals are the same: telling them is applied as usual.
+    told = tell(api, sid, value(first), value(ran_out))
+    assert [r["outcome"] for r in told["results"]] == ["initialized", "initialized"]
+
+
+def test_a_handed_back_proposal_is_handed_out_again_at_once(api: TestClient, sessions: Any) -> None:
+    """'`lease_seconds: 0` hands the proposals back: their leases end now
+    (`lease_expires_at` null) and the next ask hands them out again, same ids and points,
+    and wakes any long poll waiting for one.'"""
+    sid = sessions(chains=2)["id"]
+    first = started(api, sid)
+    back = post(api, sid, "leases", {"ids": [first[1]["id"]], "lease_seconds": 0})
+    assert back["leases"] == [{"id": first[1]["id"], "chain": 1, "lease_expires_at": None}]
+    (again,) = ask(api, sid, max=2, wait_seconds=1)
+    assert (again["id"], again["x"]) == (first[1]["id"], first[1]["x"])
+
+
+def test_a_lease_can_only_be_set_on_an_outstanding_proposal(
+    api: TestClient, sessions: Any, assert_problem: ProblemCheck
+) -> None:
+    """'An id that was told already, that its chain never issued or a reset made
+    obsolete, or of a chain the session does not have: 409, with one entry per refused
+    id in `errors` saying which; nothing changes. An id not of the form the service gives
+    out: 422 naming `ids.N`.'"""
+    sid = sessions(chains=2)["id"]
+    (p, q) = started(api, sid)
+    tell(api, sid, value(p))
+    before = state(api, sid)
+    ids = [p["id"], q["id"], "c1.i9", "c7.i1"]
+    problem = assert_problem(
+        api.post(f"/v1/sessions/{sid}/leases", json={"ids": ids, "lease_seconds": 0}), 409
+    )
+    assert problem["ids"] == [p["id"], "c1.i9", "c7.i1"]
+    why = [e["message"] for e in problem["errors"]]
+    assert "told already" in why[0] and "never issued" in why[1] and "no such chain" in why[2]
+    assert state(api, sid) == before and ask(api, sid, max=2) != [q]  # q is still leased
+    invalid = api.post(f"/v1/sessions/{sid}/leases", json={"ids": ["zzz"], "lease_seconds": 1})
+    assert assert_problem(invalid, 422)["errors"][0]["field"] == "ids.0"
+
+
+def test_a_done_session_leases_nothing(api: TestClient, sessions: Any) -> None:
+    """'In a session that is done, nothing is leased: `lease_expires_at` is null and
+    `done` is true.'"""
+    # Stopped by its rule at the first check: each chain keeps the proposal it waited for.
+    sid = sessions(stop={"rhat": 100.0, "ess": 1.0, "check_every": 100})["id"]
+    proposals = ask(api, sid, max=2)
+    while proposals:
+        proposals = post(api, sid, "step", {"results": [value(p) for p in proposals], "max": 2})[
+            "proposals"
+        ]
+    summary = api.get(f"/v1/sessions/{sid}").json()
+    assert summary["stopped_by"] == "rule"
+    pending = f"c0.i{summary['chain_summaries'][0]['iterations'] + 1}"
+    answer = post(api, sid, "leases", {"ids": [pending], "lease_seconds": 30})
+    assert answer["leases"] == [{"id": pending, "chain": 0, "lease_expires_at": None}]
+    assert answer["done"] is True and answer["status"] == "done"
+    assert ask(api, sid, max=2) == []
+
+
 # ------------------------------------------------------------------ draws, diagnostics
 
 

@@ -1,0 +1,110 @@
+"""Leases handed back or renewed: ``POST /v1/sessions/{id}/leases``.
+
+A lease is not held by anyone in particular: it says until when the service will not
+hand a proposal out again. Renewing sets it to run out ``lease_seconds`` from now; handing
+back (``lease_seconds`` 0) ends it now, so the next ask hands the same proposal (same id,
+same point) to another worker at once. Either is a compare-and-set write of the chain's
+record with its state unchanged, so it cannot race a tell: whichever the store takes
+first stands, and a proposal told meanwhile is no longer outstanding (409).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from kameleon.service.ids import ProposalId, parse_id
+from kameleon.service.sessions.chains import Chains, ChainView, encode_state
+from kameleon.service.sessions.errors import Busy, Conflict, Invalid
+from kameleon.service.sessions.meta import SessionMeta
+from kameleon.service.sessions.stepping import MAX_ATTEMPTS, iso, session_status
+from kameleon.service.store.base import ChainUpdate, Store
+
+__all__ = ["set_leases"]
+
+OBSOLETE = "is not outstanding: its chain never issued it, or a reset made it obsolete"
+
+
+async def set_leases(
+    store: Store, chains: Chains, meta: SessionMeta, ids: Sequence[str], seconds: float
+) -> dict[str, Any]:
+    """Renew (``seconds`` > 0) or hand back (0) the leases of the outstanding proposals
+    ``ids``; the answer (``schemas.LeasesResponse``). One id that is not outstanding
+    refuses the whole request (409) and changes nothing."""
+    pids = _parse(ids)
+    wanted = sorted({p.chain for p in pids if p.chain < meta.chains})
+    for _ in range(MAX_ATTEMPTS):
+        current = {ch.chain: ch for ch in await chains.load(meta, wanted)}
+        refused = [
+            (ids[i], why)
+            for i, p in enumerate(pids)
+            if (why := _not_outstanding(meta, current.get(p.chain), p)) is not None
+        ]
+        if refused:
+            raise _conflict(refused)
+        updates = [_rewrite(current[c], seconds) for c in wanted]
+        result = await store.apply(meta.id, updates)
+        if result.conflicts:
+            continue  # a chain moved on meanwhile: judge the ids again
+        for c in wanted:
+            chains.rewritten(meta, current[c])
+        until = {r.chain: r.lease_until for r in result.leased}
+        leases = [
+            {
+                "id": ids[i],
+                "chain": p.chain,
+                "lease_expires_at": iso(until[p.chain]) if p.chain in until else None,
+            }
+            for i, p in enumerate(pids)
+        ]
+        return {
+            "leases": leases,
+            **session_status(meta, result.counts, result.stopped_by is not None),
+        }
+    raise Busy("too much contention on these chains; retry")
+
+
+def _parse(ids: Sequence[str]) -> list[ProposalId]:
+    pids = []
+    for i, text in enumerate(ids):
+        pid = parse_id(text)
+        if pid is None:
+            raise Invalid(f"ids[{i}]: {text!r} is not a proposal id", field=f"ids.{i}")
+        pids.append(pid)
+    return pids
+
+
+def _not_outstanding(meta: SessionMeta, ch: ChainView | None, pid: ProposalId) -> str | None:
+    """Why ``pid`` is not the proposal ``ch`` (``None``: no such chain) waits for, or
+    ``None`` if it is."""
+    if ch is None:
+        return f"is not outstanding: the session has no such chain ({meta.chains} chains)"
+    state = ch.state
+    told = "is not outstanding: it was told already"
+    if pid.iteration == 0:
+        if pid.epoch != state.epoch:
+            return OBSOLETE
+        return None if state.logdensity is None and ch.init_value is None else told
+    if state.logdensity is None:
+        return OBSOLETE
+    if pid.iteration <= state.iteration:
+        return told
+    if pid.iteration == state.iteration + 1 and not meta.is_done(state):
+        return None
+    return OBSOLETE
+
+
+def _rewrite(ch: ChainView, seconds: float) -> ChainUpdate:
+    """The chain's record as it is, its lease set to ``seconds`` from now (0: released)."""
+    hot, _ = encode_state(ch.state, ch.given, False)
+    return ChainUpdate(
+        ch.chain, ch.version, hot, True, init_value=ch.init_value, lease_seconds=seconds
+    )
+
+
+def _conflict(refused: Sequence[tuple[str, str]]) -> Conflict:
+    errors = [{"id": i, "message": f"proposal {i} {why}"} for i, why in refused]
+    detail = errors[0]["message"]
+    if len(errors) > 1:
+        detail += f" (and {len(errors) - 1} more: see errors)"
+    return Conflict(detail, ids=[i for i, _ in refused], errors=errors)

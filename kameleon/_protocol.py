@@ -3,6 +3,7 @@ share: the requests of the protocol, how answers are read, and what is retried."
 
 from __future__ import annotations
 
+import enum
 import io
 import logging
 import math
@@ -106,6 +107,28 @@ def _results(results: Sequence[TellInput]) -> list[dict[str, Any]]:
 
 def _drop_none(**fields: Any) -> dict[str, Any]:
     return {k: v for k, v in fields.items() if v is not None}
+
+
+class Unset(enum.Enum):
+    """The type of :data:`UNSET`."""
+
+    UNSET = "unset"
+
+
+#: A field an update leaves as it is (``None`` is a value: ``null``).
+UNSET = Unset.UNSET
+
+
+def _update_call(
+    session_id: str, max_iterations: int | Unset | None, stop: Mapping[str, Any] | Unset | None
+) -> _Call:
+    """``PATCH /v1/sessions/{id}`` with the fields given (a retry changes nothing more)."""
+    body: dict[str, Any] = {}
+    if max_iterations is not UNSET:
+        body["max_iterations"] = max_iterations
+    if stop is not UNSET:
+        body["stop"] = None if stop is None else dict(stop)
+    return _Call("PATCH", f"sessions/{session_id}", body)
 
 
 def _leases_call(session_id: str, ids: Sequence[str], lease_seconds: float) -> _Call:

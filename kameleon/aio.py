@@ -11,7 +11,9 @@ import orjson
 import tenacity
 
 from kameleon._protocol import (
+    UNSET,
     TellInput,
+    Unset,
     _Call,
     _drop_none,
     _join_npy,
@@ -21,6 +23,7 @@ from kameleon._protocol import (
     _results,
     _step_call,
     _timeout,
+    _update_call,
 )
 from kameleon.errors import error_from_response
 from kameleon.models import (
@@ -143,6 +146,18 @@ class AsyncClient(_Protocol):
 
     async def get_session(self, session_id: str) -> Session:
         return Session.from_json(await self._json(_Call("GET", f"sessions/{session_id}")))
+
+    async def update_session(
+        self,
+        session_id: str,
+        *,
+        max_iterations: int | Unset | None = UNSET,
+        stop: Mapping[str, Any] | Unset | None = UNSET,
+    ) -> Session:
+        """``PATCH /v1/sessions/{id}``: a later ``max_iterations`` (``None``: no end) or
+        another stopping rule (``None``: none); what is not given stays. A session that
+        was done goes on."""
+        return Session.from_json(await self._json(_update_call(session_id, max_iterations, stop)))
 
     async def delete_session(self, session_id: str) -> None:
         await self._json(_Call("DELETE", f"sessions/{session_id}"))

@@ -93,6 +93,12 @@ def _parser() -> argparse.ArgumentParser:
         default=WARMUP,
         help=f"warm-up iterations per chain (default {WARMUP})",
     )
+    run.add_argument(
+        "--extend",
+        action="store_true",
+        help="with --session: first make the session end at --iterations draws per chain "
+        "after its warm-up (a later end); a session that was done goes on",
+    )
     run.add_argument("--workers", type=int, default=1, help="parallel evaluations (with --url)")
     run.add_argument("--seed", type=int, default=None)
     run.add_argument("--pseudo-marginal", action="store_true")
@@ -228,6 +234,7 @@ def _run(args: argparse.Namespace) -> int:
             pseudo_marginal=args.pseudo_marginal,
             api_key=args.api_key,
             session=args.session,
+            extend=args.extend,
         )
     where = f"session {result.session} on {result.url}" if result.session else "in process"
     print(f"{result.algorithm}, {result.chains} chains x {result.draws.shape[1]} draws, {where}")

@@ -25,7 +25,9 @@ import tenacity
 
 from kameleon._protocol import (
     DEFAULT_URL,
+    UNSET,
     TellInput,
+    Unset,
     _Call,
     _drop_none,
     _join_npy,
@@ -35,6 +37,7 @@ from kameleon._protocol import (
     _results,
     _step_call,
     _timeout,
+    _update_call,
 )
 from kameleon.aio import AsyncClient
 from kameleon.errors import error_from_response
@@ -189,6 +192,18 @@ class Client(_Protocol):
 
     def get_session(self, session_id: str) -> Session:
         return Session.from_json(self._json(_Call("GET", f"sessions/{session_id}")))
+
+    def update_session(
+        self,
+        session_id: str,
+        *,
+        max_iterations: int | Unset | None = UNSET,
+        stop: Mapping[str, Any] | Unset | None = UNSET,
+    ) -> Session:
+        """``PATCH /v1/sessions/{id}``: a later ``max_iterations`` (``None``: no end) or
+        another stopping rule (``None``: none); what is not given stays. A session that
+        was done goes on."""
+        return Session.from_json(self._json(_update_call(session_id, max_iterations, stop)))
 
     def delete_session(self, session_id: str) -> None:
         self._json(_Call("DELETE", f"sessions/{session_id}"))

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 from threadpoolctl import threadpool_limits
 
+from kameleon._protocol import UNSET
 from kameleon._run import (
     _REFRESH,
     _RHAT_EVERY,
@@ -26,11 +27,11 @@ from kameleon._run import (
     single_threaded_worker,
 )
 from kameleon.client import Client
-from kameleon.core.checks import Finding
+from kameleon.core.checks import Finding, StopRule
 from kameleon.core.run import Interrupted
 from kameleon.errors import Conflict
 from kameleon.models import Finding as ServiceFinding
-from kameleon.models import Proposal
+from kameleon.models import Proposal, Session
 from kameleon.result import Result
 
 __all__ = [
@@ -99,14 +100,19 @@ def served_session(
     parallel: str,
     retry_seconds: float,
     progress: bool,
+    extend: tuple[int, StopRule | None] | None = None,
 ) -> Result:
-    """Join an existing session: ``workers`` more workers on it, until it is done."""
+    """Join an existing session: ``workers`` more workers on it, until it is done; with
+    ``extend`` (draws per chain after warm-up, and a stopping rule or ``None`` to keep
+    the session's), first make it end there."""
 
     def connect() -> Client:
         return Client(url, api_key=api_key, retry_seconds=retry_seconds)
 
     with connect() as client:
         session = client.get_session(session_id)
+        if extend is not None:
+            session = _extend(client, session, *extend)
         end = session.max_iterations
         total = session.chains * end if end is not None else 0
         return _drive(
@@ -122,6 +128,24 @@ def served_session(
             lease_seconds=lease_seconds,
             names=None,
         )
+
+
+def _extend(client: Client, session: Session, iterations: int, rule: StopRule | None) -> Session:
+    """``session`` made to end at ``iterations`` draws per chain after its warm-up, and to
+    stop by ``rule`` if given."""
+    end = session.warmup + iterations
+    if session.max_iterations is not None and end < session.max_iterations:
+        have = session.max_iterations - session.warmup
+        raise ValueError(
+            f"extend=True: session {session.id} runs to {have} draws per chain after "
+            f"warm-up already; give iterations= above that"
+        )
+    stop = (
+        UNSET
+        if rule is None
+        else {"rhat": rule.rhat, "ess": rule.ess, "check_every": rule.check_every}
+    )
+    return client.update_session(session.id, max_iterations=end, stop=stop)
 
 
 def _drive(

@@ -77,6 +77,7 @@ def sample(
     parallel: Literal["threads", "processes"] = "threads",
     retry_seconds: float = 60.0,
     session: str | None = None,
+    extend: bool = False,
     vectorize: bool = False,
     max_bytes: int | None = None,
     **options: Any,
@@ -144,6 +145,11 @@ def sample(
         Through a service: join this existing session (more workers on a run, or one
         that was interrupted) instead of creating one; its settings are the session's,
         and the arguments that make a session (``dim``, ``chains``, ...) are ignored.
+    extend
+        With ``session=``: first make the session end at ``iterations`` draws per chain
+        after its warm-up (more than it had: it may only grow) and, if ``stop`` is
+        given, stop by that rule instead; a session that was done goes on from where
+        each chain stopped.
     vectorize
         ``logdensity`` takes every chain's point of an iteration at once, an array
         ``(chains, dim)``, and returns ``chains`` values (as emcee's ``vectorize``); in
@@ -173,6 +179,8 @@ def sample(
         is NaN or ``+inf``; in process, a run that needs more memory than ``max_bytes``.
     """
     logdensity = _MinusInfinity(logdensity)
+    if extend and session is None:
+        raise ValueError("extend=True extends a session: give session= (and url=) too")
     if session is not None:
         if url is None:
             raise ValueError("session= joins a session on a service: give url= too")
@@ -187,6 +195,9 @@ def sample(
                 parallel=parallel,
                 retry_seconds=retry_seconds,
                 progress=progress,
+                extend=(iterations, StopRule.of(stop) if stop is not None else None)
+                if extend
+                else None,
             )
         )
     if vectorize and url is not None:

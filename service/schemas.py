@@ -52,6 +52,7 @@ __all__ = [
     "SessionCreate",
     "SessionList",
     "SessionSummary",
+    "SessionUpdate",
     "StepRequest",
     "StepResponse",
     "StopRuleIn",
@@ -229,6 +230,21 @@ class SessionCreate(_Request):
         if "max_iterations" not in self.model_fields_set:
             self.max_iterations = min(self.warmup + ITERATIONS, MAX_COUNT)
         return self
+
+
+class SessionUpdate(_Request):
+    """What an update changes; a field left out stays as it is."""
+
+    max_iterations: Count | None = Field(
+        None,
+        ge=1,
+        le=MAX_COUNT,
+        description="A later end: iterations per chain, warm-up included, at least the "
+        "current `max_iterations` and every chain's iterations. `null`: no limit.",
+    )
+    stop: StopRuleIn | None = Field(
+        None, description="Another stopping rule (a tighter one, say); `null`: none."
+    )
 
 
 ChainStatus = Literal["initial", "needs_initial_point", "warmup", "sampling", "done"]

@@ -93,7 +93,10 @@ async def step(session_id: str, body: StepRequest, sessions: SessionsDep, owner:
 
 
 @router.post(
-    "/leases", name="set_leases", response_model=LeasesResponse, responses=problems(404, 409, 422)
+    "/leases",
+    name="set_leases",
+    response_model=LeasesResponse,
+    responses=problems(400, 404, 409, 422),
 )
 async def set_leases(
     session_id: str, body: LeasesRequest, sessions: SessionsDep, owner: OwnerDep

@@ -1,4 +1,4 @@
-"""Sessions: create, list, get, delete."""
+"""Sessions: create, list, get, update, delete."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from starlette.responses import Response
 from kameleon.service.deps import OwnerDep, SessionsDep
 from kameleon.service.jsonio import JSON
 from kameleon.service.routes import problems
-from kameleon.service.schemas import SessionCreate, SessionList, SessionSummary
+from kameleon.service.schemas import SessionCreate, SessionList, SessionSummary, SessionUpdate
 
 router = APIRouter(prefix="/sessions", tags=["sessions"])
 
@@ -67,6 +67,25 @@ async def get_session(session_id: str, sessions: SessionsDep, owner: OwnerDep) -
     iterations, evaluations and acceptance per chain, and the warnings of the latest
     diagnostics (never computed here, so a summary stays cheap)."""
     return JSON(await sessions.summary(session_id, owner))
+
+
+@router.patch(
+    "/{session_id}",
+    name="update_session",
+    response_model=SessionSummary,
+    responses=problems(400, 404, 409, 422, 429),
+)
+async def update_session(
+    session_id: str, body: SessionUpdate, sessions: SessionsDep, owner: OwnerDep
+) -> JSON:
+    """Give the session a later ``max_iterations`` or another stopping rule; the fields
+    left out stay as they are. A session that was done (every chain at
+    ``max_iterations``, or its stopping rule met) goes on: ask hands out proposals again,
+    from where each chain stopped, with its adaptation as it was. The draws up to the new
+    end are reserved against the quotas (429 over them). A session whose sampler failed
+    cannot go on (409). Safe to retry."""
+    changes = {name: getattr(body, name) for name in body.model_fields_set}
+    return JSON(await sessions.update(session_id, owner, changes))
 
 
 @router.delete("/{session_id}", name="delete_session", status_code=204, responses=problems(404))

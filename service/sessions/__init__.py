@@ -1,7 +1,8 @@
 """The protocol's use cases, by room:
 
-- :mod:`.catalog`: sessions as a whole (create, metadata, summary, list, delete);
-  :mod:`.meta` is what a session is, and the checks of a new one.
+- :mod:`.catalog`: sessions as a whole (create, metadata, summary, list, update,
+  delete); :mod:`.meta` is what a session is, and the checks of a new one;
+  :mod:`.revision` how an update revises it.
 - :mod:`.stepping`: ask, tell, step and reset; :mod:`.decide` is the exactly-once
   decision per chain (pure), :mod:`.chains` the chains as this process sees them;
   :mod:`.leases` renews leases or hands them back.
@@ -17,16 +18,16 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from kameleon.service.config import Settings
-from kameleon.service.sessions.catalog import Catalog, chain_summary
-from kameleon.service.sessions.chains import Chains
+from kameleon.service.sessions.catalog import ATTEMPTS, Catalog, chain_summary
+from kameleon.service.sessions.chains import Chains, MetaChanged
 from kameleon.service.sessions.diagnostics import Diagnostics
 from kameleon.service.sessions.draws import ChainSlice, DrawsQuery, read_slices
-from kameleon.service.sessions.errors import Invalid, NotFound
+from kameleon.service.sessions.errors import Busy, Invalid, NotFound
 from kameleon.service.sessions.leases import set_leases
 from kameleon.service.sessions.meta import SessionMeta
 from kameleon.service.sessions.stepping import Result, Stepper
@@ -63,7 +64,7 @@ class SessionService:
         chains = Chains(store)
         self.catalog = Catalog(store, settings, chains)
         self.diagnostics = Diagnostics(store)
-        self.stepper = Stepper(store, settings, chains, self.diagnostics)
+        self.stepper = Stepper(store, settings, chains, self.diagnostics, self.catalog.fresh)
         self.waiting = Waiting()
         self.running = RunningCache()
         #: Told every answer of ask, tell and step (the app's metrics), if set.
@@ -99,6 +100,16 @@ class SessionService:
 
     async def list_sessions(self, owner: str, cursor: str | None, limit: int) -> dict[str, Any]:
         return await self.catalog.list_sessions(owner, cursor, limit)
+
+    async def update(
+        self, session_id: str, owner: str, changes: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """A later ``max_iterations`` or another stopping rule (:mod:`.revision`); a
+        session that was done goes on, and the long polls waiting on it wake."""
+        with self._gone(session_id):
+            summary = await self.catalog.revise(session_id, owner, changes)
+        self.waiting.wake(session_id)
+        return summary
 
     async def delete(self, session_id: str, owner: str) -> None:
         with self._gone(session_id):
@@ -176,7 +187,16 @@ class SessionService:
         self.stepper.lease(lease_seconds)  # the limit of every lease
         with self._gone(session_id):
             meta = await self.catalog.meta(session_id, owner)
-            answer = await set_leases(self.store, self.stepper.chains, meta, ids, lease_seconds)
+            for _ in range(ATTEMPTS):
+                try:
+                    answer = await set_leases(
+                        self.store, self.stepper.chains, meta, ids, lease_seconds
+                    )
+                    break
+                except MetaChanged:
+                    meta = await self.catalog.fresh(meta)
+            else:
+                raise Busy("the session is revised too often; retry")
         if lease_seconds == 0:
             self.waiting.wake(session_id)
         return answer
@@ -186,7 +206,12 @@ class SessionService:
     ) -> dict[str, Any]:
         with self._gone(session_id):
             meta = await self.catalog.meta(session_id, owner)
-            return chain_summary(meta, await self.stepper.reset_chain(meta, chain, initial))
+            for _ in range(ATTEMPTS):
+                try:
+                    return chain_summary(meta, await self.stepper.reset_chain(meta, chain, initial))
+                except MetaChanged:
+                    meta = await self.catalog.fresh(meta)
+        raise Busy("the session is revised too often; retry")
 
     # ------------------------------------------------------------ draws, diagnostics
 

@@ -6,17 +6,24 @@ import contextlib
 import dataclasses
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from kameleon.core.serialization import encode
 from kameleon.service.config import Settings
 from kameleon.service.jsonio import dumps, loads
-from kameleon.service.sessions.budget import describe, grant_step, quota_of, session_bytes
-from kameleon.service.sessions.chains import LRU, Chains, ChainView
-from kameleon.service.sessions.errors import Invalid, NotFound
+from kameleon.service.sessions.budget import (
+    describe,
+    grant_step,
+    iteration_bytes,
+    quota_of,
+    session_bytes,
+)
+from kameleon.service.sessions.chains import LRU, Chains, ChainView, MetaChanged
+from kameleon.service.sessions.errors import Busy, Invalid, NotFound
 from kameleon.service.sessions.errors import Quota as Quota_
 from kameleon.service.sessions.meta import SessionMeta, new_meta, stop_doc
+from kameleon.service.sessions.revision import reserve, revised, rewrite_chains
 from kameleon.service.sessions.stepping import iso
 from kameleon.service.store.base import (
     ChainRecord,
@@ -30,6 +37,9 @@ if TYPE_CHECKING:
     from kameleon.service.schemas import SessionCreate
 
 __all__ = ["Catalog", "refusal", "render_summary"]
+
+#: Tries of a request that meets a concurrent revision of its session.
+ATTEMPTS = 16
 
 
 def refusal(exc: QuotaExceeded, need: int) -> Quota_:
@@ -131,6 +141,51 @@ class Catalog:
         await self._touch(session_id)
         return meta
 
+    async def fresh(self, meta: SessionMeta) -> SessionMeta:
+        """The session's metadata after ``meta``, which a chain showed to be out of date
+        (:class:`~.chains.MetaChanged`): this process's, if newer, else the store's."""
+        cached: SessionMeta | None = self._meta.get(meta.id)
+        if cached is not None and cached.revision > meta.revision:
+            return cached
+        try:
+            doc = loads(await self.store.get_meta(meta.id))
+        except SessionNotFound:
+            raise NotFound("no such session") from None
+        newer = SessionMeta.build(doc)
+        self._meta.put(meta.id, newer)
+        return newer
+
+    async def revise(
+        self, session_id: str, owner: str, changes: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """Give the session a later ``max_iterations`` or another stopping rule
+        (:mod:`.revision`); its summary after."""
+        meta = await self.fresh(await self.meta(session_id, owner))
+        for _ in range(ATTEMPTS):
+            meta, views = await self._chains_of(meta)
+            top = max((ch.state.iteration for ch in views), default=0)
+            notes = await self.store.notes(session_id)
+            new = revised(meta, changes, top, notes.stopped_by, self.settings)
+            try:
+                await reserve(self.store, new, self.settings)
+            except QuotaExceeded as exc:
+                raise refusal(exc, iteration_bytes(new.dim, new.chains)) from None
+            if await self.store.revise(session_id, new.to_bytes(), new.revision):
+                self._meta.put(session_id, new)
+                await rewrite_chains(self.store, self.chains, new, notes.stopped_by is None)
+                return await self.summary(session_id, owner)
+            meta = await self.fresh(meta)  # revised meanwhile: decide on that revision
+        raise Busy("too many concurrent updates of this session; retry")
+
+    async def _chains_of(self, meta: SessionMeta) -> tuple[SessionMeta, list[ChainView]]:
+        """Every chain of the session, and the metadata they were written under."""
+        for _ in range(ATTEMPTS):
+            try:
+                return meta, await self.chains.load(meta, range(meta.chains))
+            except MetaChanged:
+                meta = await self.fresh(meta)
+        raise Busy("the session is revised too often; retry")
+
     async def _touch(self, session_id: str) -> None:
         """Refresh the session's expiry, at most every tenth of its time to live."""
         now = time.monotonic()
@@ -145,8 +200,7 @@ class Catalog:
         self.chains.forget(session_id)
 
     async def summary(self, session_id: str, owner: str) -> dict[str, Any]:
-        meta = await self.meta(session_id, owner)
-        chains = await self.chains.load(meta, range(meta.chains))
+        meta, chains = await self._chains_of(await self.meta(session_id, owner))
         return render_summary(meta, chains, await self.store.notes(meta.id))
 
     async def list_sessions(self, owner: str, cursor: str | None, limit: int) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from kameleon.service.sessions.errors import Conflict, guarded
 from kameleon.service.sessions.meta import SessionMeta
 from kameleon.service.store.base import ChainRecord, Store
 
-__all__ = ["LRU", "ChainView", "Chains", "encode_state"]
+__all__ = ["LRU", "ChainView", "Chains", "MetaChanged", "encode_state"]
 
 #: Chains whose decoded state (and cold part) a process keeps. These caches only save
 #: store reads: a chain that fell out is read again. A kernel sampler's chain holds its
@@ -30,6 +30,20 @@ CACHE_SIZE = 16_384
 #: Key of the encoded hot state that marks a chain given an initial point by a reset
 #: (absent: it never was). The codec reads only its own keys, so the mark rides along.
 _GIVEN = "given"
+#: Key of the encoded hot state that holds the revision of the session's metadata the
+#: state was written under (absent: 0, the metadata it was created with).
+_REVISION = "revision"
+
+
+class MetaChanged(Exception):
+    """A chain was written under a newer revision of its session's metadata than the one
+    at hand (another process revised the session): read the metadata again.
+
+    Revising a session rewrites every chain (:meth:`Catalog.revise`), so a process that
+    still holds the old metadata meets this on the first chain it reads, or on the first
+    write it makes (the compare-and-set fails, and the chain is read), before it decides
+    anything on the old metadata.
+    """
 
 
 class LRU(OrderedDict[Any, Any]):
@@ -61,6 +75,8 @@ class ChainView:
     draws: int
     inits: int
     given: bool = False
+    #: The revision of the session's metadata the chain's record was written under.
+    revision: int = 0
 
     @property
     def waiting(self) -> bool:
@@ -84,12 +100,16 @@ class ChainView:
         )
 
 
-def encode_state(state: Any, given: bool, with_cold: bool) -> tuple[bytes, bytes | None]:
-    """The stored hot part (with the mark of a chain given a point by a reset) and, when
-    ``with_cold``, the cold part."""
+def encode_state(
+    state: Any, given: bool, with_cold: bool, revision: int = 0
+) -> tuple[bytes, bytes | None]:
+    """The stored hot part (with the mark of a chain given a point by a reset, and the
+    metadata's ``revision``) and, when ``with_cold``, the cold part."""
     hot_doc, cold_doc = encode(state, with_cold=with_cold)
     if given:
         hot_doc[_GIVEN] = True
+    if revision:
+        hot_doc[_REVISION] = revision
     return dumps(hot_doc), (dumps(cold_doc) if with_cold else None)
 
 
@@ -126,7 +146,7 @@ class Chains:
         key = (meta.id, record.chain)
         cached: ChainView | None = self._chains.get(key)
         if cached is not None and cached.same_record(record):
-            return cached
+            return _checked(meta, cached)
         cold = await self._cold_doc(meta, record.chain, record.cold_version)
         try:
             hot = loads(record.state)
@@ -142,9 +162,10 @@ class Chains:
             record.draws,
             record.inits,
             hot.get(_GIVEN) is True,
+            int(hot.get(_REVISION, 0)),
         )
         self._chains.put(key, chain)
-        return chain
+        return _checked(meta, chain)
 
     async def _cold_doc(self, meta: SessionMeta, chain: int, cold_version: int) -> dict[str, Any]:
         key = (meta.id, chain)
@@ -173,7 +194,7 @@ class Chains:
             if cached is None or c in reload:
                 missing.append(c)
             else:
-                out[c] = cached
+                out[c] = _checked(meta, cached)
         if missing:
             for ch in await self.load(meta, missing):
                 out[ch.chain] = ch
@@ -195,3 +216,10 @@ class Chains:
             proposal = guarded(chain.chain, lambda: meta.sampler.ask(chain.state, meta.params))
             self._proposals.put((meta.id, chain.chain), (chain.version, proposal))
         return proposal
+
+
+def _checked(meta: SessionMeta, chain: ChainView) -> ChainView:
+    """``chain``, unless it was written under newer metadata than ``meta``."""
+    if chain.revision > meta.revision:
+        raise MetaChanged(meta.id)
+    return chain

@@ -24,7 +24,7 @@ from kameleon.service.sessions.errors import guarded
 from kameleon.service.sessions.meta import SessionMeta
 from kameleon.service.store.base import ChainUpdate, Counts
 
-__all__ = ["ChainPlan", "Told", "plan_chain", "steady", "step_steady"]
+__all__ = ["ChainPlan", "Told", "chain_active", "plan_chain", "steady", "step_steady"]
 
 
 class Told(NamedTuple):
@@ -150,7 +150,7 @@ def _write(
 ) -> tuple[ChainUpdate, ChainView]:
     """The write that takes ``chain`` to ``state``, and the chain after it."""
     changed = cold_changed(chain.state, state)
-    hot, cold = encode_state(state, chain.given, changed)
+    hot, cold = encode_state(state, chain.given, changed, meta.revision)
     after = ChainView(
         chain.chain,
         chain.version + 1,
@@ -160,8 +160,9 @@ def _write(
         chain.draws + (draw is not None),
         chain.inits + init_told,
         chain.given,
+        meta.revision,
     )
-    active = _active(meta, state, init_value)
+    active = chain_active(meta, state, init_value)
     update = ChainUpdate(
         chain.chain,
         chain.version,
@@ -181,7 +182,7 @@ def _write(
     return update, after
 
 
-def _active(meta: SessionMeta, state: Any, init_value: float | None) -> bool:
+def chain_active(meta: SessionMeta, state: Any, init_value: float | None) -> bool:
     """Whether a chain in ``state`` has a proposal to hand out."""
     if state.logdensity is None:
         return init_value is None

@@ -42,7 +42,7 @@ async def set_leases(
         ]
         if refused:
             raise _conflict(refused)
-        updates = [_rewrite(current[c], seconds) for c in wanted]
+        updates = [_rewrite(meta, current[c], seconds) for c in wanted]
         result = await store.apply(meta.id, updates)
         if result.conflicts:
             continue  # a chain moved on meanwhile: judge the ids again
@@ -94,9 +94,9 @@ def _not_outstanding(meta: SessionMeta, ch: ChainView | None, pid: ProposalId) -
     return OBSOLETE
 
 
-def _rewrite(ch: ChainView, seconds: float) -> ChainUpdate:
+def _rewrite(meta: SessionMeta, ch: ChainView, seconds: float) -> ChainUpdate:
     """The chain's record as it is, its lease set to ``seconds`` from now (0: released)."""
-    hot, _ = encode_state(ch.state, ch.given, False)
+    hot, _ = encode_state(ch.state, ch.given, False, meta.revision)
     return ChainUpdate(
         ch.chain, ch.version, hot, True, init_value=ch.init_value, lease_seconds=seconds
     )

@@ -1,4 +1,5 @@
-"""What a session is: its metadata, fixed at creation, and the checks of a new one."""
+"""What a session is: its metadata, set at creation and revised by an update, and the
+checks of a new one."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ __all__ = ["SessionMeta", "new_meta", "stop_doc"]
 
 @dataclass(frozen=True, slots=True)
 class SessionMeta:
-    """What a session is; written once at creation."""
+    """What a session is; written at creation, revised by an update (``revision``)."""
 
     id: str
     owner: str
@@ -51,6 +52,9 @@ class SessionMeta:
     initial_center: tuple[tuple[float, ...], ...] | None = None
     max_initial_attempts: int = DEFAULT_MAX_ATTEMPTS
     stop: StopRule | None = None
+    #: How many times the session was revised (``PATCH``: a later ``max_iterations`` or
+    #: another stopping rule); 0 as created.
+    revision: int = 0
 
     @staticmethod
     def build(doc: dict[str, Any]) -> SessionMeta:
@@ -77,6 +81,7 @@ class SessionMeta:
             initial_center=_rows(doc.get("initial_center")),
             max_initial_attempts=doc.get("max_initial_attempts", DEFAULT_MAX_ATTEMPTS),
             stop=StopRule.of(stop) if stop is not None else None,
+            revision=doc.get("revision", 0),
         )
 
     @property
@@ -106,6 +111,7 @@ class SessionMeta:
                 "initial_center": None if center is None else [list(r) for r in center],
                 "max_initial_attempts": self.max_initial_attempts,
                 "stop": stop_doc(self.stop),
+                "revision": self.revision,
             }
         )
 

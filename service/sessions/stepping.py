@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -21,13 +21,20 @@ from kameleon.core.base import reset
 from kameleon.service.config import Settings
 from kameleon.service.ids import format_id, parse_id
 from kameleon.service.sessions.budget import grant_step, iteration_bytes, quota_of, session_bytes
-from kameleon.service.sessions.chains import LRU, Chains, ChainView, encode_state
+from kameleon.service.sessions.chains import LRU, Chains, ChainView, MetaChanged, encode_state
 from kameleon.service.sessions.decide import ChainPlan, Told, plan_chain, steady, step_steady
 from kameleon.service.sessions.diagnostics import Diagnostics, crossed
 from kameleon.service.sessions.draws import told as told_value
 from kameleon.service.sessions.errors import Busy, Conflict, Invalid, NotFound, SamplerFailed
 from kameleon.service.sessions.meta import SessionMeta
-from kameleon.service.store.base import ApplyResult, ChainUpdate, Counts, QuotaExceeded, Store
+from kameleon.service.store.base import (
+    ApplyResult,
+    ChainRecord,
+    ChainUpdate,
+    Counts,
+    QuotaExceeded,
+    Store,
+)
 
 __all__ = ["Result", "Stepper", "session_status"]
 
@@ -77,12 +84,19 @@ class Stepper:
     """The ask/tell loop over one store."""
 
     def __init__(
-        self, store: Store, settings: Settings, chains: Chains, diagnostics: Diagnostics
+        self,
+        store: Store,
+        settings: Settings,
+        chains: Chains,
+        diagnostics: Diagnostics,
+        refresh: Callable[[SessionMeta], Awaitable[SessionMeta]],
     ) -> None:
         self.store = store
         self.settings = settings
         self.chains = chains
         self.diagnostics = diagnostics
+        #: The session's metadata after the given one, which a chain showed out of date.
+        self.refresh = refresh
         self._grants = LRU(10_000)  # open-ended sessions: iterations paid for
 
     def lease(self, lease_seconds: float | None) -> float:
@@ -129,7 +143,7 @@ class Stepper:
             raise Conflict(errors[0]["message"], ids=unknown, errors=errors)
         ids = [r.id for r in results]
         try:
-            plans, result = await self._write(meta, by_chain, ids, want, lease, request)
+            meta, plans, result = await self._write(meta, by_chain, ids, want, lease, request)
         except SamplerFailed as exc:
             raise await self._stop(meta, exc, "nothing in this request was applied") from None
         outcomes = {i: o for plan in plans.values() for i, o in plan.outcomes.items()}
@@ -140,7 +154,10 @@ class Stepper:
         proposals = []
         for record in result.leased:
             plan = plans.get(record.chain)
-            ch = plan.after if plan and plan.after else await self.chains.decode(meta, record)
+            if plan and plan.after:
+                ch = plan.after
+            else:
+                meta, ch = await self._decoded(meta, record)
             try:
                 proposals.append(self._proposal(meta, ch, record.lease_until))
             except SamplerFailed as exc:
@@ -160,6 +177,17 @@ class Stepper:
         expiry = result.next_expiry if want > 0 and not proposals and not status["done"] else None
         status["next_lease_expires_at"] = iso(expiry) if expiry is not None else None
         return answered, proposals, status
+
+    async def _decoded(
+        self, meta: SessionMeta, record: ChainRecord
+    ) -> tuple[SessionMeta, ChainView]:
+        """A leased chain decoded, with the metadata it was written under."""
+        for _ in range(MAX_ATTEMPTS):
+            try:
+                return meta, await self.chains.decode(meta, record)
+            except MetaChanged:
+                meta = await self.refresh(meta)
+        raise Busy("the session is revised too often; retry")
 
     async def _paid_for(self, meta: SessionMeta, iteration: int) -> bool:
         """Whether an open-ended session's reservation pays for its chains' draws up to
@@ -198,14 +226,20 @@ class Stepper:
         want: int,
         lease: float,
         request: str | None = None,
-    ) -> tuple[dict[int, ChainPlan], ApplyResult]:
-        """Decide and write, until the store takes the write; the plans and what the
-        store did."""
+    ) -> tuple[SessionMeta, dict[int, ChainPlan], ApplyResult]:
+        """Decide and write, until the store takes the write; the metadata decided on
+        (``meta``, or a later revision that a chain showed), the plans and what the store
+        did."""
         verified: set[int] = set()  # chains read from the store in this request
         reload: set[int] = set()
         history: dict[int, dict[int, float]] = {}
         for _ in range(MAX_ATTEMPTS):
-            current = await self.chains.current(meta, list(by_chain), reload, verified)
+            try:
+                current = await self.chains.current(meta, list(by_chain), reload, verified)
+            except MetaChanged:
+                meta = await self.refresh(meta)
+                reload, verified = set(by_chain), set()
+                continue
             decided = self._decide(meta, current, by_chain, history, want, lease)
             reload = {c for c in decided.plans if decided.plans[c].conflicts} - verified
             if reload:
@@ -226,10 +260,14 @@ class Stepper:
             if not result.conflicts:
                 for plan in _written(decided.plans):
                     self.chains.remember(meta, plan.after)
-                return decided.plans, result
-            for chain, record in result.conflicts.items():
-                await self.chains.decode(meta, record)  # refresh the cache, decide again
-                verified.add(chain)
+                return meta, decided.plans, result
+            try:
+                for chain, record in result.conflicts.items():
+                    await self.chains.decode(meta, record)  # refresh the cache, decide again
+                    verified.add(chain)
+            except MetaChanged:
+                meta = await self.refresh(meta)
+                reload, verified = set(by_chain), set()
         raise Busy("too much contention on these chains; retry")
 
     def _decide(
@@ -321,12 +359,20 @@ class Stepper:
                     "initial point can be given a new one"
                 )
             state = reset(ch.state, initial)
-            hot, _ = encode_state(state, True, False)
+            hot, _ = encode_state(state, True, False, meta.revision)
             update = ChainUpdate(chain, ch.version, hot, True, counts=Counts(waiting=-ch.waiting))
             result = await self.store.apply(meta.id, [update])
             if chain in result.applied:
                 new = ChainView(
-                    chain, ch.version + 1, state, ch.cold_version, None, ch.draws, ch.inits, True
+                    chain,
+                    ch.version + 1,
+                    state,
+                    ch.cold_version,
+                    None,
+                    ch.draws,
+                    ch.inits,
+                    True,
+                    meta.revision,
                 )
                 self.chains.remember(meta, new)
                 return new

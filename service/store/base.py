@@ -381,6 +381,16 @@ class Store(abc.ABC):
         nothing."""
 
     @abc.abstractmethod
+    async def revise(self, session_id: str, meta: bytes, revision: int) -> bool:
+        """Replace the session's metadata document with ``meta``, its ``revision``-th,
+        and undo :meth:`stop` (the session may go on), if the document stored now is
+        the ``revision - 1``-th (the first, from :meth:`create_session`, is the 0-th);
+        whether it did. Atomic; the session's expiry is unchanged.
+
+        Raises :class:`SessionNotFound`.
+        """
+
+    @abc.abstractmethod
     async def notes(self, session_id: str, *, diagnostics: bool = False) -> SessionNotes:
         """The session's notes; its diagnostics document only if ``diagnostics``."""
 

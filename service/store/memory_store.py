@@ -41,6 +41,7 @@ class _Session:
     finished: int = 0
     waiting: int = 0
     stopped_by: str | None = None
+    revision: int = 0  # of ``meta`` (Store.revise)
     diagnosed: int = -1  # total draws behind ``diagnostics``
     diagnostics: bytes | None = None
     warnings: bytes | None = None
@@ -292,6 +293,14 @@ class MemoryStore(Store):
             if session.stopped_by is None:
                 session.stopped_by = reason
             return session.stopped_by
+
+    async def revise(self, session_id: str, meta: bytes, revision: int) -> bool:
+        with self._lock:
+            session = self._get(session_id)
+            if session.revision != revision - 1:
+                return False
+            session.meta, session.revision, session.stopped_by = meta, revision, None
+            return True
 
     async def notes(self, session_id: str, *, diagnostics: bool = False) -> SessionNotes:
         with self._lock:

@@ -3,7 +3,8 @@
 Data model (``P`` is the key prefix, ``S`` the session id; the braces are a Redis Cluster
 hash tag, so a session lives in one slot and one script may touch all its keys):
 
-``P:{S}:meta``       the session's metadata (opaque bytes), written once
+``P:{S}:meta``       the session's metadata (opaque bytes), written at creation and
+                     replaced by each revision (``revise``)
 ``P:{S}:leases``     sorted set: active chain -> lease expiry; free chains score <= now
 ``P:{S}:c:<k>``      hash, chain k's small hot record (:data:`FIELDS`): ``v`` version,
                      ``s`` state, ``cv`` cold version, ``a`` active, ``i`` told initial
@@ -16,7 +17,8 @@ hash tag, so a session lives in one slot and one script may touch all its keys):
                      was stopped (``stopped_by``), if it was; the latest diagnostics
                      (``diag``), their warnings (``warn``) and the total draws they were
                      computed on (``diag_draws``); the number of chains (``chains``) and
-                     the owner (``owner``), so that the metadata stays opaque
+                     the owner (``owner``), so that the metadata stays opaque; the
+                     metadata's revision (``revision``, absent: 0)
 The listing of each owner's sessions, the quotas, idempotency keys and tombstones live in
 an index of their own, under one other hash tag (:mod:`.redis_index`).
 
@@ -121,6 +123,18 @@ STOP_SCRIPT = """
 if redis.call('EXISTS', KEYS[1]) == 0 then return nil end
 redis.call('HSETNX', KEYS[2], 'stopped_by', ARGV[1])
 return redis.call('HGET', KEYS[2], 'stopped_by')
+"""
+# KEYS: meta, counts. ARGV: the new metadata document, its revision. 1 revised, 0 the
+# stored document is not the revision before, -1 no such session.
+REVISE_SCRIPT = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+if tonumber(redis.call('HGET', KEYS[2], 'revision') or '0') ~= tonumber(ARGV[2]) - 1 then
+  return 0
+end
+redis.call('SET', KEYS[1], ARGV[1], 'KEEPTTL')
+redis.call('HSET', KEYS[2], 'revision', ARGV[2])
+redis.call('HDEL', KEYS[2], 'stopped_by')
+return 1
 """
 # KEYS: meta, counts. ARGV: draws, diagnostics, warnings. 1, or 0: no such session.
 SAVE_DIAGNOSTICS_SCRIPT = """

@@ -46,6 +46,7 @@ from kameleon.service.store.redis_layout import (
     CREATE_SCRIPT,
     DELETE_SCRIPT,
     FIELDS,
+    REVISE_SCRIPT,
     SAVE_DIAGNOSTICS_SCRIPT,
     STOP_SCRIPT,
     Keys,
@@ -86,6 +87,7 @@ class RedisStore(Store):
         self._clock_offset: float | None = None  # the server's clock minus ours
         self._apply = client.register_script(APPLY_SCRIPT)
         self._stop = client.register_script(STOP_SCRIPT)
+        self._revise = client.register_script(REVISE_SCRIPT)
         self._save_diagnostics = client.register_script(SAVE_DIAGNOSTICS_SCRIPT)
         self._create = client.register_script(CREATE_SCRIPT)
         self._delete = client.register_script(DELETE_SCRIPT)
@@ -451,6 +453,14 @@ class RedisStore(Store):
         if reply is None:
             raise SessionNotFound(session_id)
         return cast(bytes, reply).decode()
+
+    @unavailable
+    async def revise(self, session_id: str, meta: bytes, revision: int) -> bool:
+        keys = self._keys(session_id)
+        reply = await self._revise(keys=[keys.meta, keys.counts], args=[meta, str(revision)])
+        if int(reply) == -1:
+            raise SessionNotFound(session_id)
+        return int(reply) == 1
 
     @unavailable
     async def notes(self, session_id: str, *, diagnostics: bool = False) -> SessionNotes:

@@ -28,7 +28,8 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def normal(x: npt.NDArray[np.float64]) -> float:
-    return -0.5 * float(x @ x)
+    # np.sum, as the vectorised form below: x @ x may round differently (BLAS, FMA).
+    return -0.5 * float(np.sum(x * x))
 
 
 # ------------------------------------------------------------------- one vocabulary
@@ -82,12 +83,17 @@ def test_workers_evaluate_at_once_with_the_same_draws() -> None:
     """Four chains, four workers: the four proposals of an iteration are evaluated
     together (seen, not timed), and the draws are those of one worker."""
     lock, running, most = threading.Lock(), [0], [0]
+    overlap = threading.Event()
 
     def slow(x: npt.NDArray[np.float64]) -> float:
         with lock:
             running[0] += 1
             most[0] = max(most[0], running[0])
-        time.sleep(0.002)
+            if running[0] > 1:
+                overlap.set()
+        # Wait (a bounded time) for another evaluation to start meanwhile: on a loaded
+        # machine a fixed sleep may end before the next thread is scheduled.
+        overlap.wait(timeout=0.2)
         with lock:
             running[0] -= 1
         return normal(x)
@@ -207,6 +213,30 @@ def test_ctrl_c_through_a_service_says_how_to_go_on(server: str) -> None:
     assert done.draws.shape == (4, 1000, 2)
 
 
+def test_a_finished_run_is_extended_and_goes_on_where_it_stopped(server: str) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", SamplingWarning)
+        first = kameleon.sample(
+            normal, dim=2, url=server, seed=2, warmup=50, iterations=100, progress=False
+        )
+        assert first.session is not None
+        longer = kameleon.sample(
+            normal, url=server, session=first.session, iterations=300, extend=True,
+            progress=False,
+        )  # fmt: skip
+        # The same seed and values in one run of 300: the same draws.
+        whole = kameleon.sample(
+            normal, dim=2, url=server, seed=2, warmup=50, iterations=300, progress=False
+        )
+    assert longer.session == first.session and longer.draws.shape == (4, 300, 2)
+    assert np.array_equal(longer.draws[:, :100], first.draws)
+    assert np.array_equal(longer.draws, whole.draws)
+    with pytest.raises(ValueError, match="above that"):
+        kameleon.sample(normal, url=server, session=first.session, iterations=200, extend=True)
+    with pytest.raises(ValueError, match="session="):
+        kameleon.sample(normal, dim=2, extend=True)
+
+
 INTERRUPTING_TARGET = textwrap.dedent(
     """
     import os, signal
@@ -240,6 +270,12 @@ def test_cli_run_interrupted_names_the_session_and_joins_it(server: str, tmp_pat
     )  # fmt: skip
     assert joined.returncode == 0, joined.stderr
     assert "4 chains x 2000 draws" in joined.stdout
+    extended = cli(
+        "run", "model:logp", "--session", match[1], "--url", server, "--no-progress",
+        "--extend", "--iterations", "2200", cwd=tmp_path,
+    )  # fmt: skip
+    assert extended.returncode == 0, extended.stderr
+    assert "4 chains x 2200 draws" in extended.stdout
     # Warnings are printed once each (in the summary, not also as Python warnings).
     assert "SamplingWarning" not in joined.stderr
 

@@ -110,7 +110,7 @@ def case(
 
 SESSIONS, S = "/v1/sessions", "/v1/sessions/{sid}"
 ASK, TELL, STEP = f"{S}/ask", f"{S}/tell", f"{S}/step"
-RESET, DRAWS = f"{S}/chains/0/reset", f"{S}/draws"
+RESET, DRAWS, LEASES = f"{S}/chains/0/reset", f"{S}/draws", f"{S}/leases"
 UNKNOWN = "/v1/sessions/0123456789abcdef01234567"
 
 
@@ -328,12 +328,34 @@ CASES = [
     case("draws-unknown-session", "GET", f"{UNKNOWN}/draws", None, 404),
     case("diagnostics-unknown-session", "GET", f"{UNKNOWN}/diagnostics", None, 404),
     case("odd-session-id", "GET", f"{SESSIONS}/%7Bx%7D:meta", None, 404),
+    # -------------------------------------------------------------- update and leases
+    case("update-malformed", "PATCH", S, b'{"max_iterations": ', 400),
+    case("update-unknown-field", "PATCH", S, {"warmup": 3}, 422),
+    case("update-shorter-than-made", "PATCH", S, {"max_iterations": 2}, 422, "max_iterations"),
+    case("update-string", "PATCH", S, {"max_iterations": "10"}, 422),
+    case("update-bad-rule", "PATCH", S, {"stop": {"rhat": 0.5}}, 422),
+    case("update-over-the-limit", "PATCH", S, {"max_iterations": 10**12}, 422),
+    case("update-unknown-session", "PATCH", UNKNOWN, {"max_iterations": 10}, 404),
+    case("leases-malformed", "POST", LEASES, b'{"ids": [', 400),
+    case("leases-none", "POST", LEASES, {"ids": [], "lease_seconds": 1}, 422),
+    case("leases-negative", "POST", LEASES, {"ids": ["c0.i4"], "lease_seconds": -1}, 422),
+    case("leases-too-long", "POST", LEASES, {"ids": ["c0.i4"], "lease_seconds": 1e9}, 422),
+    case("leases-no-seconds", "POST", LEASES, {"ids": ["c0.i4"]}, 422),
+    case("leases-not-an-id", "POST", LEASES, {"ids": ["zzz"], "lease_seconds": 1}, 422, "zzz"),
+    case("leases-told", "POST", LEASES, {"ids": ["c0.i3"], "lease_seconds": 1}, 409, "told"),
+    case(
+        "leases-one-of-two-told",
+        "POST",
+        LEASES,
+        {"ids": ["c1.i4", "c0.i2"], "lease_seconds": 0},
+        409,
+    ),
     # ------------------------------------------------------------- routes and methods
     case("unknown-route", "GET", "/v1/nothing", None, 404),
     case("unknown-version", "GET", "/v2/sessions", None, 404),
     case("unknown-session-route", "POST", f"{S}/evaluate", {}, 404),
     case("put-sessions", "PUT", SESSIONS, SESSION, 405),
-    case("patch-session", "PATCH", S, {"warmup": 3}, 405),
+    case("put-session", "PUT", S, {"warmup": 3}, 405),
     case("post-session", "POST", S, {}, 405),
     case("get-ask", "GET", ASK, None, 405),
     case("post-draws", "POST", DRAWS, {}, 405),

@@ -116,3 +116,7 @@ def test_a_tell_the_sampler_fails_on_applies_nothing_and_stops_the_session(
     assert summary["stopped_by"] == "sampler_error" and summary["iterations"] == 0
     answer = client.post(f"/v1/sessions/{sid}/ask", json={"max": 1})
     assert answer.status_code == 200 and answer.json()["done"]
+    # It cannot be made to go on: an update is refused and changes nothing.
+    update = client.patch(f"/v1/sessions/{sid}", json={"max_iterations": 5000})
+    assert update.status_code == 409 and "sampler_error" in update.json()["detail"]
+    assert client.get(f"/v1/sessions/{sid}").json() == summary

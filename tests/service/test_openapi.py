@@ -16,6 +16,7 @@ PROTOCOL = {
     ("post", "/v1/sessions"),
     ("get", "/v1/sessions"),
     ("get", "/v1/sessions/{session_id}"),
+    ("patch", "/v1/sessions/{session_id}"),
     ("delete", "/v1/sessions/{session_id}"),
     ("post", "/v1/sessions/{session_id}/ask"),
     ("post", "/v1/sessions/{session_id}/tell"),

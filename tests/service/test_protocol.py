@@ -440,6 +440,43 @@ def test_a_finished_session_answers_done(api: TestClient, sessions: Any) -> None
     assert [c["iterations"] for c in summary["chain_summaries"]] == [3, 3]
 
 
+# --------------------------------------------------------------------------- update
+
+
+def test_an_update_changes_the_fields_given_and_a_done_session_goes_on(
+    api: TestClient, sessions: Any
+) -> None:
+    """'The fields given change; those left out stay as they are.' 'A session that was
+    done ... goes on: ask hands out proposals again, each chain from where it stopped.'"""
+    sid = sessions(max_iterations=3, warmup=1, stop={"rhat": 1.1, "ess": 10, "check_every": 100})[
+        "id"
+    ]
+    proposals = ask(api, sid, max=2)
+    while proposals:
+        proposals = post(api, sid, "step", {"results": [value(p) for p in proposals], "max": 2})[
+            "proposals"
+        ]
+    response = api.patch(f"/v1/sessions/{sid}", json={"max_iterations": 5})
+    assert response.status_code == 200, response.text
+    summary = response.json()
+    assert (summary["max_iterations"], summary["status"]) == (5, "sampling")
+    assert summary["stop"] == {"rhat": 1.1, "ess": 10.0, "check_every": 100}  # left out
+    nxt = ask(api, sid, max=2)
+    assert sorted(p["iteration"] for p in nxt) == [4, 4]
+
+
+def test_max_iterations_may_only_grow(
+    api: TestClient, sessions: Any, assert_problem: ProblemCheck
+) -> None:
+    """'`max_iterations` may only grow: at least the current one and every chain's
+    iterations (else 422 naming it); `null` makes the session open-ended.'"""
+    sid = sessions(max_iterations=10)["id"]
+    shorter = api.patch(f"/v1/sessions/{sid}", json={"max_iterations": 9})
+    assert assert_problem(shorter, 422)["errors"][0]["field"] == "max_iterations"
+    endless = api.patch(f"/v1/sessions/{sid}", json={"max_iterations": None})
+    assert endless.status_code == 200 and endless.json()["max_iterations"] is None
+
+
 # --------------------------------------------------------------------------- leases
 
 

@@ -304,6 +304,23 @@ async def test_a_stopped_session_leases_nothing_but_applies_updates(store: Store
         await store.stop("nope", "rule")
 
 
+async def test_a_revision_replaces_the_metadata_and_undoes_the_stop(store: Store) -> None:
+    await _create(store, chains=2)
+    assert await store.stop("s1", "max_iterations") == "max_iterations"
+    assert await store.revise("s1", b'{"rev": 1}', 2) is False  # not the next revision
+    assert await store.get_meta("s1") != b'{"rev": 1}'
+    assert await store.revise("s1", b'{"rev": 1}', 1) is True
+    assert await store.get_meta("s1") == b'{"rev": 1}'
+    assert (await store.notes("s1")).stopped_by is None
+    assert len((await store.apply("s1", [], lease=2, lease_seconds=60)).leased) == 2
+    # Two revisions from the same one: the first stands, the second is refused.
+    assert await store.revise("s1", b'{"rev": 2}', 2) is True
+    assert await store.revise("s1", b'{"rev": 2, "other": 1}', 2) is False
+    assert await store.get_meta("s1") == b'{"rev": 2}'
+    with pytest.raises(SessionNotFound):
+        await store.revise("nope", b"{}", 1)
+
+
 async def test_a_stopped_session_still_counts_its_waiting_chains(store: Store) -> None:
     # Both come back from one call, in their own fields (on Redis: the script's reply).
     await _create(store, chains=3)

@@ -57,8 +57,14 @@ class GlassGPC:
     unnormalised posterior density of ``theta``. Thread-safe; each call draws fresh
     importance samples."""
 
-    def __init__(self, seed: int | None = None, samples: int = SAMPLES) -> None:
-        self.x, self.y = load_glass()
+    def __init__(
+        self,
+        seed: int | None = None,
+        samples: int = SAMPLES,
+        data: tuple[np.ndarray, np.ndarray] | None = None,
+    ) -> None:
+        """``data``: features ``(n, d)`` and labels in {-1, +1}; default the Glass data."""
+        self.x, self.y = load_glass() if data is None else data
         self.samples = samples
         self._seeds = np.random.SeedSequence(seed)
         self._lock = threading.Lock()
@@ -97,7 +103,16 @@ class GlassGPC:
         return f, k - v.T @ v
 
     def log_marginal_estimate(self, theta: np.ndarray, rng: np.random.Generator) -> float:
-        """The log of an unbiased importance-sampling estimate of ``p(y | theta)``."""
+        """The log of an unbiased importance-sampling estimate of ``p(y | theta)``: the
+        log of the mean of the importance weights (:meth:`log_weights`)."""
+        log_w = self.log_weights(theta, rng)
+        return float(logsumexp(log_w) - math.log(log_w.size))
+
+    def log_weights(self, theta: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        """The logs of ``samples`` importance weights ``p(y | f) N(f; 0, K + r I) / q(f)``,
+        ``f ~ q``, the Laplace approximation widened by the ridge ``r``: each weight is an
+        unbiased estimate of ``p(y | theta)`` under the prior ``N(0, K + r I)`` (the
+        papers' ridge, which keeps both factors well conditioned)."""
         k = self.kernel(theta)
         mode, covariance = self.laplace(k)
         n = self.y.size
@@ -109,8 +124,8 @@ class GlassGPC:
         u = solve_triangular(p_chol, f, lower=True)
         log_p = -0.5 * (u * u).sum(axis=0) - np.log(np.diagonal(p_chol)).sum()
         log_likelihood = log_expit(self.y[:, None] * f).sum(axis=0)
-        log_w = log_likelihood + log_p - log_q  # the (2 pi)^(n/2) factors cancel
-        return float(logsumexp(log_w) - math.log(self.samples))
+        log_w: np.ndarray = log_likelihood + log_p - log_q  # the (2 pi)^(n/2) factors cancel
+        return log_w
 
     def __call__(self, theta: np.ndarray) -> float:
         theta = np.asarray(theta, dtype=float)

@@ -20,6 +20,7 @@ from kameleon.service.observability import JsonFormatter, Metrics, RequestMetric
 from kameleon.service.options import document_options
 from kameleon.service.routes import draws, health, operation_id, sampling, sessions, ui
 from kameleon.service.sessions import SessionService
+from kameleon.service.store.backends import build_store
 from kameleon.service.store.base import Store
 
 __all__ = ["build_store", "create_app"]
@@ -29,23 +30,6 @@ Kameleon runs adaptive MCMC samplers as sessions. A client anywhere asks for poi
 evaluates the log density there (or the log of an unbiased estimate of it), and tells
 the values back. See PROTOCOL.md for the contract.
 """
-
-
-def build_store(settings: Settings) -> Store:
-    """The store that ``settings`` names."""
-    if settings.store == "redis":
-        from kameleon.service.store.redis_store import RedisStore
-
-        return RedisStore.from_url(
-            settings.redis_url,
-            prefix=settings.redis_prefix,
-            ttl_seconds=settings.session_ttl_seconds,
-            timeout=settings.store_timeout_seconds,
-            max_connections=settings.store_max_connections,
-        )
-    from kameleon.service.store.memory_store import MemoryStore
-
-    return MemoryStore()
 
 
 #: Allocations between two collections of the garbage collector's youngest generation

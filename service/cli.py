@@ -201,9 +201,13 @@ def _serve(args: argparse.Namespace) -> int:
     settings = _load_settings()
     if isinstance(settings, str):
         return _fail(settings)
-    if settings.workers > 1 and settings.store == "memory":
+    from kameleon.service.store.backends import STORES
+
+    if settings.workers > 1 and not STORES[settings.store].shared:
+        shared = " or ".join(b.name for b in STORES.values() if b.shared)
         print(
-            "kameleon: --workers > 1 needs --store redis (each process would have its own memory)",
+            f"kameleon: --workers > 1 needs a store the processes share (--store {shared}): "
+            f"with {settings.store} each process would have its own sessions",
             file=sys.stderr,
         )
         return EXIT_CONFIG

@@ -9,6 +9,8 @@ from typing import Literal
 from pydantic import Field, ValidationInfo, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from kameleon.service.store.backends import STORES
+
 __all__ = ["Settings", "hash_api_key", "is_api_key_hash"]
 
 _HEX = frozenset("0123456789abcdef")
@@ -60,7 +62,12 @@ class Settings(BaseSettings):
     host: str = Field("127.0.0.1", description="Address to bind; loopback unless told otherwise.")
     port: int = Field(8000, ge=0, le=65535)
     workers: int = Field(1, ge=1, le=64, description="Service processes (redis store only).")
-    store: Literal["memory", "redis"] = Field("memory", description="Where sessions live.")
+    store: str = Field(
+        "memory",
+        description="Where sessions live: "
+        + "; ".join(f"`{b.name}`, {b.description}" for b in STORES.values())
+        + ".",
+    )
     redis_url: str = Field(
         "redis://127.0.0.1:6379/0",
         description="Redis URL (store=redis); `redis+cluster://host:port` for a Redis Cluster.",
@@ -163,6 +170,13 @@ class Settings(BaseSettings):
         "OpenTelemetry providers configured in the process (off: it looks for them on every "
         "request, about 7% of a one-chain step, even when there are none).",
     )
+
+    @field_validator("store")
+    @classmethod
+    def _known_store(cls, value: str) -> str:
+        if value not in STORES:
+            raise ValueError(f"no store {value!r}: choose one of {', '.join(STORES)}")
+        return value
 
     @field_validator("api_key_hashes")
     @classmethod

@@ -78,6 +78,40 @@ def test_workers_need_a_shared_store() -> None:
     assert out.returncode == 2 and "--store redis" in out.stderr
 
 
+def test_an_unknown_store_is_refused_naming_the_stores() -> None:
+    out = subprocess.run(
+        [KAMELEON, "serve", "--store", "postgres"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **_env_without_kameleon()},
+        timeout=30,
+    )
+    assert out.returncode == 2, out.stderr
+    assert "no store 'postgres'" in out.stderr and "memory, redis" in out.stderr
+
+
+def test_a_store_backend_is_one_registry_entry() -> None:
+    # A backend that the registry names is what --store accepts and the app builds.
+    from kameleon.service.app import create_app
+    from kameleon.service.config import Settings
+    from kameleon.service.store import backends
+    from kameleon.service.store.memory_store import MemoryStore
+
+    class Toy(MemoryStore):
+        name = "toy"
+
+    entry = backends.Backend("toy", lambda settings: Toy(), False, "a test double")
+    backends.STORES["toy"] = entry
+    try:
+        app = create_app(Settings(store="toy"))
+        from fastapi.testclient import TestClient
+
+        with TestClient(app) as client:
+            assert client.get("/v1/health").json()["store"] == "toy"
+    finally:
+        del backends.STORES["toy"]
+
+
 def _dockerfile() -> str:
     return (ROOT / "Dockerfile").read_text(encoding="utf-8")
 

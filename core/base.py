@@ -1,6 +1,8 @@
 """The sampler interface shared by every algorithm in :mod:`core.samplers`.
 
-A sampler is a module with the same names in each (BlackJAX style):
+A sampler is a module with the same names in each (BlackJAX style), gathered at its end
+in a typed record, ``SAMPLER`` (:class:`Sampler`), which is what the registry
+(:data:`core.SAMPLERS`), the runners and the service use; nothing is looked up by name:
 
 ``NAME``
     The registry name (``"rwm"``, ``"kameleon"``, ...).
@@ -24,6 +26,11 @@ A sampler is a module with the same names in each (BlackJAX style):
     same proposal.
 ``tell(state, params, proposal, logdensity) -> (State, StepInfo)``
     Everything after. Never mutates its inputs.
+``chain_floats(dim, params) -> int``
+    The floats one chain keeps and works with, at most (the memory budgets).
+``SAMPLER``
+    The record of the above, with the sampler's batched adaptation if it has one and
+    what a told result must carry (:class:`Evaluation`).
 
 The split is at the log-density call, so the log density can be evaluated anywhere:
 in another process, another language, or as the log of an unbiased estimate
@@ -42,7 +49,7 @@ import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Any, Generic, Literal, Protocol, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -52,10 +59,10 @@ from kameleon.core.options import MakeParams, OptionError, params_parser, parse_
 from kameleon.core.rng import Stream, generator
 
 __all__ = [
-    "ADAPTATION_MODES",
     "Adapt",
     "ChainParams",
     "ChainState",
+    "Evaluation",
     "FloatArray",
     "MakeParams",
     "OptionError",
@@ -80,7 +87,6 @@ __all__ = [
 
 FloatArray = npt.NDArray[np.float64]
 Outcome = Literal["initialized", "outside_support", "accepted", "rejected"]
-ADAPTATION_MODES = ("warmup", "diminishing")
 
 
 def frozen_array(values: Any) -> FloatArray:
@@ -173,24 +179,6 @@ S = TypeVar("S", bound=ChainState)
 P = TypeVar("P", bound=ChainParams)
 
 
-class Sampler(Protocol):
-    """The module interface (see the module docstring)."""
-
-    NAME: str
-    Params: type
-    State: type
-
-    make_params: MakeParams[Any]
-
-    def init(self, position: Any, params: Any, *, seed: int, chain: int) -> Any: ...
-
-    def ask(self, state: Any, params: Any) -> Proposal: ...
-
-    def tell(
-        self, state: Any, params: Any, proposal: Proposal, logdensity: float
-    ) -> tuple[Any, StepInfo]: ...
-
-
 # --------------------------------------------------------------------------- steps
 
 
@@ -224,6 +212,57 @@ Adapt = Callable[[S, S, P, Proposal, StepInfo, float], S]
 ``adapt(old, new, params, proposal, info, u_adapt) -> new``: ``old`` is the state told,
 ``new`` the state after the step (:func:`metropolis_transition`), ``u_adapt`` a uniform
 of the accept stream for the adaptation coin."""
+
+
+@dataclass(frozen=True, slots=True)
+class Evaluation:
+    """What a told result must carry for a sampler, beside its log density.
+
+    Attributes
+    ----------
+    gradient
+        The log density's gradient at the point (a gradient sampler's transitions use
+        it); the samplers of this version need none.
+    """
+
+    gradient: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Sampler(Generic[S, P]):
+    """An algorithm, as the registry (:data:`core.SAMPLERS`), the runners and the service
+    know it: its module's parts (see the module docstring), typed, with what they need
+    to know beyond ask and tell.
+
+    Attributes
+    ----------
+    name
+        The registry name (``"am"``, ``"kameleon"``, ...).
+    Params, State
+        Its options' and its chains' frozen dataclasses.
+    make_params, init, ask, tell
+        The ask/tell interface.
+    chain_floats
+        ``chain_floats(dim, params)``: the floats one chain keeps and works with, at most
+        (:mod:`core.memory` turns them into bytes, for the budgets).
+    metropolis_adapt
+        A sampler that is :func:`metropolis_tell` with this adaptation, so that many
+        chains' accept decisions can be drawn at once (:func:`core.batch.tell_many`);
+        ``None``: each chain is told through ``tell``.
+    evaluation
+        What a told result must carry (:class:`Evaluation`).
+    """
+
+    name: str
+    Params: type[P]
+    State: type[S]
+    make_params: MakeParams[P]
+    init: Callable[..., S]
+    ask: Callable[[S, P], Proposal]
+    tell: Callable[[S, P, Proposal, float], tuple[S, StepInfo]]
+    chain_floats: Callable[[int, P], int]
+    metropolis_adapt: Adapt[S, P] | None = None
+    evaluation: Evaluation = Evaluation()
 
 
 def metropolis_ask(state: S, params: P, propose: Propose[S, P]) -> Proposal:

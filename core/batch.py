@@ -12,8 +12,8 @@ checks it for every sampler, over whole runs), whatever the batch: chains may be
 different iterations, in warm-up or past it, waiting for their initial point, or told
 ``-inf``.
 
-A sampler module takes part by naming the adaptation its ``tell`` hands to
-:func:`core.base.metropolis_tell` as ``METROPOLIS_ADAPT``; the others (the kernel
+A sampler takes part by giving its record (:class:`core.base.Sampler`) the adaptation its
+``tell`` hands to :func:`core.base.metropolis_tell`, as ``metropolis_adapt``; the others (the kernel
 samplers, whose iterations cost 100 us or more of their own arithmetic) are stepped
 chain by chain here, with the same results.
 
@@ -25,7 +25,6 @@ would mean reimplementing it. Each chain's proposal comes from its own ``ask``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from types import ModuleType
 from typing import Any
 
 import numpy as np
@@ -34,6 +33,7 @@ from kameleon.core.base import (
     Adapt,
     FloatArray,
     Proposal,
+    Sampler,
     StepInfo,
     accept_or_reject,
     check_tell,
@@ -45,14 +45,14 @@ from kameleon.core.rng import Stream, generator
 __all__ = ["accept_block", "accept_uniforms", "ask_many", "tell_many"]
 
 
-def ask_many(sampler: ModuleType, states: Sequence[Any], params: Any) -> list[Proposal]:
+def ask_many(sampler: Sampler[Any, Any], states: Sequence[Any], params: Any) -> list[Proposal]:
     """``[sampler.ask(state, params) for state in states]``."""
     ask = sampler.ask
     return [ask(state, params) for state in states]
 
 
 def tell_many(
-    sampler: ModuleType,
+    sampler: Sampler[Any, Any],
     states: Sequence[Any],
     params: Any,
     proposals: Sequence[Proposal],
@@ -75,7 +75,7 @@ def tell_many(
     """
     if not (len(states) == len(proposals) == len(logdensities)):
         raise ValueError("states, proposals and log densities must have the same length")
-    adapt: Adapt[Any, Any] | None = getattr(sampler, "METROPOLIS_ADAPT", None)
+    adapt: Adapt[Any, Any] | None = sampler.metropolis_adapt
     if adapt is None:
         tell = sampler.tell
         return [

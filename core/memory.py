@@ -8,8 +8,8 @@ keeps and works with, from the algorithm, the dimension and the options. The ser
 budget; :func:`kameleon.sample` in process adds its recorded rows
 (:func:`inprocess_bytes`) and refuses the same way, before allocating.
 
-The count of floats per chain is each sampler's largest arrays, and the bytes are 8 per
-float times :data:`COPIES`: the decoded state, its encoded form in the store (base64 in
+The count of floats per chain is each sampler's largest arrays (its record's
+``chain_floats``), and the bytes are 8 per float times :data:`COPIES`: the decoded state, its encoded form in the store (base64 in
 JSON), and the temporaries of a step.
 """
 
@@ -17,43 +17,38 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["COPIES", "chain_bytes", "chain_floats", "describe", "inprocess_bytes"]
+__all__ = [
+    "COPIES",
+    "chain_bytes",
+    "chain_floats",
+    "describe",
+    "inprocess_bytes",
+    "preconditioning_floats",
+]
 
 #: Copies of a chain's arrays alive at once: decoded, encoded (4/3 of base64 plus JSON),
 #: and a step's temporaries.
 COPIES = 3
 
 
-def _preconditioning(d: int, params: Any) -> int:
-    """Scouting moments and factor, the preconditioner, and the whitening temporaries."""
+def preconditioning_floats(d: int, params: Any) -> int:
+    """The floats of a kernel sampler's preconditioning (:mod:`core.preconditioning`):
+    scouting moments and factor, the preconditioner, and the whitening temporaries."""
     if getattr(params, "preconditioning", "none") == "none":
         return d * d + 2 * d
     return 4 * d * d + 4 * d
 
 
 def chain_floats(algorithm: str, d: int, params: Any) -> int:
-    """The floats one chain of ``algorithm`` keeps and works with, at most."""
-    if algorithm == "rwm":
-        return 8 * d
-    if algorithm == "am":
-        # Welford mean and covariance, the window's covariance, the proposal covariance
-        # and its Cholesky factor.
-        return 4 * d * d + 4 * d
-    if algorithm == "kameleon":
-        n = int(params.subsample_size)
-        # Reservoir and subsample, kernel gradients at two points, the d x d proposal
-        # covariance and factor (d <= n) or the n x n Woodbury matrices (d > n).
-        inner = 2 * d * d if d <= n else 2 * n * n
-        return _preconditioning(d, params) + 4 * n * d + inner
-    if algorithm == "kmc-lite":
-        n = int(params.num_centres)
-        # Reservoir of centres, the n x n kernel matrix and its factor during a refit.
-        return _preconditioning(d, params) + 3 * n * d + 2 * n * n + 4 * n
-    if algorithm == "kmc-finite":
-        m, u = int(params.num_features), int(params.update_every)
-        # Frequencies, the m x m covariance and its factor, the batch of pending states.
-        return _preconditioning(d, params) + 2 * m * d + 3 * m * m + (u + 4) * d
-    raise ValueError(f"no memory model for {algorithm!r}")
+    """The floats one chain of ``algorithm`` keeps and works with, at most (each
+    sampler's ``chain_floats``)."""
+    from kameleon.core import SAMPLERS
+
+    try:
+        sampler = SAMPLERS[algorithm]
+    except KeyError:
+        raise ValueError(f"no memory model for {algorithm!r}") from None
+    return int(sampler.chain_floats(d, params))
 
 
 def chain_bytes(algorithm: str, d: int, params: Any) -> int:

@@ -19,14 +19,13 @@ from __future__ import annotations
 import os
 import warnings
 from collections.abc import Mapping, Sequence
-from types import ModuleType
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from kameleon.core import DEFAULT_ALGORITHM, SAMPLERS
-from kameleon.core.base import FloatArray
+from kameleon.core.base import FloatArray, Sampler
 from kameleon.core.checks import SamplingWarning, StopRule, check
 from kameleon.core.defaults import CHAINS, ITERATIONS, WARMUP
 from kameleon.core.diagnostics import summarize
@@ -68,7 +67,7 @@ def memory_limit() -> int:
 
 
 def run_chain(
-    sampler: ModuleType,
+    sampler: Sampler[Any, Any],
     params: Any,
     logdensity_fn: LogDensityFn,
     initial: npt.ArrayLike | None,

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from types import ModuleType
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from kameleon.core.base import FloatArray, StepInfo, frozen_array
+from kameleon.core.base import FloatArray, Sampler, StepInfo, frozen_array
 from kameleon.core.batch import accept_block, ask_many, tell_many
 from kameleon.core.initial import DEFAULT_MAX_ATTEMPTS, initial_point, redraw, start_radius
 
@@ -56,7 +55,7 @@ class Runner:
 
     def __init__(
         self,
-        sampler: ModuleType,
+        sampler: Sampler[Any, Any],
         params: Any,
         logdensity_fn: LogDensityFn,
         initial: npt.ArrayLike | None,
@@ -147,7 +146,7 @@ def advance_together(runners: Sequence[Runner], transitions: int) -> None:
     many = runners[0].evaluate_many
     states = [r.state for r in runners]
     first = runners[0].n + 1  # the iteration of every chain's next proposal
-    batched = getattr(sampler, "METROPOLIS_ADAPT", None) is not None
+    batched = sampler.metropolis_adapt is not None
     block: Any = None
     done = 0
     try:

@@ -15,8 +15,9 @@ import inspect
 import re
 import types
 import typing
-from types import ModuleType
 from typing import Any, Literal
+
+from kameleon.core.base import Sampler
 
 __all__ = ["FIXED", "document_options", "option_docs", "options_schema", "schema_name"]
 
@@ -79,7 +80,7 @@ def _type_schema(annotation: Any) -> dict[str, Any]:
     return {"type": simple[annotation]}
 
 
-def options_schema(algorithm: str, sampler: ModuleType) -> dict[str, Any]:
+def options_schema(algorithm: str, sampler: Sampler[Any, Any]) -> dict[str, Any]:
     """The JSON Schema of ``algorithm``'s ``options`` object."""
     cls = sampler.Params
     hints = typing.get_type_hints(cls)
@@ -105,7 +106,9 @@ def options_schema(algorithm: str, sampler: ModuleType) -> dict[str, Any]:
     }
 
 
-def document_options(spec: dict[str, Any], samplers: dict[str, ModuleType], default: str) -> None:
+def document_options(
+    spec: dict[str, Any], samplers: dict[str, Sampler[Any, Any]], default: str
+) -> None:
     """Add each algorithm's options schema to an OpenAPI document, and tie
     ``SessionCreate.options`` to the one of the session's ``algorithm`` (JSON Schema
     ``if``/``then``; without ``algorithm``, the default algorithm's)."""

@@ -52,6 +52,7 @@ from kameleon.core.base import (
     FloatArray,
     OptionError,
     Proposal,
+    Sampler,
     StepInfo,
     frozen_array,
     metropolis_ask,
@@ -64,11 +65,12 @@ from kameleon.core.serialization import register
 from kameleon.core.windows import window_ends
 
 __all__ = [
-    "METROPOLIS_ADAPT",
     "NAME",
+    "SAMPLER",
     "Params",
     "State",
     "ask",
+    "chain_floats",
     "init",
     "make_params",
     "proposal_covariance",
@@ -309,6 +311,23 @@ def _window_ends(params: Params) -> tuple[int, ...]:
     return window_ends(params.warmup, params.dim, minimum=params.start)[:-1]
 
 
-#: The adaptation this sampler's ``tell`` hands to :func:`core.base.metropolis_tell`, so
-#: that :func:`core.batch.tell_many` can step many chains at once.
-METROPOLIS_ADAPT = _adapt
+def chain_floats(dim: int, params: Params) -> int:
+    """The floats one chain keeps and works with, at most (:mod:`core.memory`): the
+    Welford mean and covariance, the window's covariance, the proposal covariance and
+    its Cholesky factor."""
+    return 4 * dim * dim + 4 * dim
+
+
+#: The sampler as the registry (:data:`core.SAMPLERS`) knows it.
+SAMPLER: Sampler[State, Params] = Sampler(
+    name=NAME,
+    Params=Params,
+    State=State,
+    make_params=make_params,
+    init=init,
+    ask=ask,
+    tell=tell,
+    chain_floats=chain_floats,
+    # What tell hands to metropolis_tell: core.batch.tell_many steps many chains at once.
+    metropolis_adapt=_adapt,
+)

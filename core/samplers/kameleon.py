@@ -58,6 +58,7 @@ from kameleon.core.base import (
     FloatArray,
     OptionError,
     Proposal,
+    Sampler,
     StepInfo,
     frozen_array,
     metropolis_ask,
@@ -73,6 +74,7 @@ from kameleon.core.kamh_proposal import (
     proposal_log_density,
     sample_proposal,
 )
+from kameleon.core.memory import preconditioning_floats
 from kameleon.core.preconditioning import (
     PRECONDITIONING_COLD_FIELDS,
     Preconditioner,
@@ -85,9 +87,11 @@ from kameleon.core.serialization import register
 
 __all__ = [
     "NAME",
+    "SAMPLER",
     "Params",
     "State",
     "ask",
+    "chain_floats",
     "init",
     "log_density_cholesky",
     "log_density_woodbury",
@@ -364,3 +368,26 @@ def _adapt(new: State, old: State, params: Params, prob: float, adapting: bool) 
 
 def _same_rows(a: FloatArray, b: FloatArray | None) -> bool:
     return a is b or (b is not None and a.shape == b.shape and bool(np.array_equal(a, b)))
+
+
+def chain_floats(dim: int, params: Params) -> int:
+    """The floats one chain keeps and works with, at most (:mod:`core.memory`): the
+    reservoir and subsample, kernel gradients at two points, the d x d proposal
+    covariance and factor (d <= n) or the n x n Woodbury matrices (d > n), and the
+    preconditioning's."""
+    n = int(params.subsample_size)
+    inner = 2 * dim * dim if dim <= n else 2 * n * n
+    return preconditioning_floats(dim, params) + 4 * n * dim + inner
+
+
+#: The sampler as the registry (:data:`core.SAMPLERS`) knows it.
+SAMPLER: Sampler[State, Params] = Sampler(
+    name=NAME,
+    Params=Params,
+    State=State,
+    make_params=make_params,
+    init=init,
+    ask=ask,
+    tell=tell,
+    chain_floats=chain_floats,
+)

@@ -49,10 +49,12 @@ from kameleon.core import kernel_hmc
 from kameleon.core.base import (
     FloatArray,
     OptionError,
+    Sampler,
     frozen_array,
     params_parser,
 )
 from kameleon.core.kernel_hmc import KMCParams, KMCState
+from kameleon.core.memory import preconditioning_floats
 from kameleon.core.reservoir import reservoir_update
 from kameleon.core.rng import Stream, generator
 from kameleon.core.score_matching import (
@@ -64,7 +66,17 @@ from kameleon.core.score_matching import (
 )
 from kameleon.core.serialization import register
 
-__all__ = ["NAME", "Params", "State", "ask", "init", "make_params", "tell"]
+__all__ = [
+    "NAME",
+    "SAMPLER",
+    "Params",
+    "State",
+    "ask",
+    "chain_floats",
+    "init",
+    "make_params",
+    "tell",
+]
 
 NAME = "kmc-finite"
 
@@ -251,3 +263,24 @@ def _fold(state: State, points: FloatArray, weights: FloatArray) -> State:
 
 #: ``ask(state, params)`` and ``tell(state, params, proposal, logdensity)`` (core.base).
 ask, tell = kernel_hmc.variant(_surrogate, _collect)
+
+
+def chain_floats(dim: int, params: Params) -> int:
+    """The floats one chain keeps and works with, at most (:mod:`core.memory`): the
+    frequencies, the m x m covariance and its factor, the batch of pending states, and
+    the preconditioning's."""
+    m, u = int(params.num_features), int(params.update_every)
+    return preconditioning_floats(dim, params) + 2 * m * dim + 3 * m * m + (u + 4) * dim
+
+
+#: The sampler as the registry (:data:`core.SAMPLERS`) knows it.
+SAMPLER: Sampler[State, Params] = Sampler(
+    name=NAME,
+    Params=Params,
+    State=State,
+    make_params=make_params,
+    init=init,
+    ask=ask,
+    tell=tell,
+    chain_floats=chain_floats,
+)

@@ -36,16 +36,28 @@ from kameleon.core import kernel_hmc
 from kameleon.core.base import (
     FloatArray,
     OptionError,
+    Sampler,
     frozen_array,
     params_parser,
 )
 from kameleon.core.kernel_hmc import KMCParams, KMCState
+from kameleon.core.memory import preconditioning_floats
 from kameleon.core.reservoir import reservoir_update
 from kameleon.core.rng import Stream, generator
 from kameleon.core.score_matching import LiteSurrogate, fit_lite
 from kameleon.core.serialization import register
 
-__all__ = ["NAME", "Params", "State", "ask", "init", "make_params", "tell"]
+__all__ = [
+    "NAME",
+    "SAMPLER",
+    "Params",
+    "State",
+    "ask",
+    "chain_floats",
+    "init",
+    "make_params",
+    "tell",
+]
 
 NAME = "kmc-lite"
 
@@ -180,3 +192,24 @@ def _collect(state: State, params: KMCParams, adapt_weight: float) -> State:
 
 #: ``ask(state, params)`` and ``tell(state, params, proposal, logdensity)`` (core.base).
 ask, tell = kernel_hmc.variant(_surrogate, _collect)
+
+
+def chain_floats(dim: int, params: Params) -> int:
+    """The floats one chain keeps and works with, at most (:mod:`core.memory`): the
+    reservoir of centres, the n x n kernel matrix and its factor during a refit, and the
+    preconditioning's."""
+    n = int(params.num_centres)
+    return preconditioning_floats(dim, params) + 3 * n * dim + 2 * n * n + 4 * n
+
+
+#: The sampler as the registry (:data:`core.SAMPLERS`) knows it.
+SAMPLER: Sampler[State, Params] = Sampler(
+    name=NAME,
+    Params=Params,
+    State=State,
+    make_params=make_params,
+    init=init,
+    ask=ask,
+    tell=tell,
+    chain_floats=chain_floats,
+)

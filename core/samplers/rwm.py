@@ -21,6 +21,7 @@ from kameleon.core.base import (
     FloatArray,
     OptionError,
     Proposal,
+    Sampler,
     StepInfo,
     metropolis_ask,
     metropolis_tell,
@@ -29,7 +30,17 @@ from kameleon.core.base import (
 )
 from kameleon.core.serialization import register
 
-__all__ = ["METROPOLIS_ADAPT", "NAME", "Params", "State", "ask", "init", "make_params", "tell"]
+__all__ = [
+    "NAME",
+    "SAMPLER",
+    "Params",
+    "State",
+    "ask",
+    "chain_floats",
+    "init",
+    "make_params",
+    "tell",
+]
 
 NAME = "rwm"
 
@@ -115,6 +126,21 @@ def _adapt(
     return new
 
 
-#: The adaptation this sampler's ``tell`` hands to :func:`core.base.metropolis_tell`, so
-#: that :func:`core.batch.tell_many` can step many chains at once.
-METROPOLIS_ADAPT = _adapt
+def chain_floats(dim: int, params: Params) -> int:
+    """The floats one chain keeps and works with, at most (:mod:`core.memory`)."""
+    return 8 * dim
+
+
+#: The sampler as the registry (:data:`core.SAMPLERS`) knows it.
+SAMPLER: Sampler[State, Params] = Sampler(
+    name=NAME,
+    Params=Params,
+    State=State,
+    make_params=make_params,
+    init=init,
+    ask=ask,
+    tell=tell,
+    chain_floats=chain_floats,
+    # What tell hands to metropolis_tell: core.batch.tell_many steps many chains at once.
+    metropolis_adapt=_adapt,
+)

@@ -7,10 +7,10 @@ import math
 import secrets
 import time
 from dataclasses import dataclass, field
-from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from kameleon.core import SAMPLERS
+from kameleon.core.base import Sampler
 from kameleon.core.checks import StopRule
 from kameleon.core.initial import DEFAULT_MAX_ATTEMPTS, initial_point, start_radius
 from kameleon.core.options import OptionError, describe_params
@@ -41,7 +41,7 @@ class SessionMeta:
     param_names: tuple[str, ...]
     options: dict[str, Any]
     created_at: float
-    sampler: ModuleType = field(compare=False, repr=False)
+    sampler: Sampler[Any, Any] = field(compare=False, repr=False)
     params: Any = field(compare=False, repr=False)
     #: Half-width of the box starting points are drawn from; ``None``: the given initial
     #: points are used exactly and never replaced (and sessions made before there was a

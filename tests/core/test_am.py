@@ -50,7 +50,7 @@ def test_initial_proposal_is_isotropic_with_the_random_walk_scale() -> None:
 
 def test_every_warmup_state_enters_the_covariance_estimate() -> None:
     params = am.make_params(3, HAARIO, warmup=400)
-    result = run_chain(am, params, TARGET.logdensity, TARGET.mean, 600, seed=1, chain=0)
+    result = run_chain(am.SAMPLER, params, TARGET.logdensity, TARGET.mean, 600, seed=1, chain=0)
     moments = result.state.moments
     warmup_draws = result.draws[:400]
     assert moments.count == 400
@@ -75,7 +75,8 @@ def test_covariance_estimate_converges_to_the_target_covariance() -> None:
     params = am.make_params(3, HAARIO, warmup=3000)
     starts = TARGET.sample(4, np.random.default_rng(2))
     runs = [
-        run_chain(am, params, TARGET.logdensity, starts[c], 3000, seed=2, chain=c) for c in range(4)
+        run_chain(am.SAMPLER, params, TARGET.logdensity, starts[c], 3000, seed=2, chain=c)
+        for c in range(4)
     ]
     centred = np.stack([run.draws for run in runs]) - TARGET.mean
     products = centred[..., :, None] * centred[..., None, :]
@@ -119,15 +120,15 @@ def test_rounding_that_breaks_the_cholesky_factor_is_absorbed_by_jitter() -> Non
 
 def test_scale_moves_toward_the_target_acceptance() -> None:
     params = am.make_params(2, HAARIO, warmup=50)
-    one = run_chain(am, params, _flat, np.zeros(2), 1, seed=3, chain=0).state
+    one = run_chain(am.SAMPLER, params, _flat, np.zeros(2), 1, seed=3, chain=0).state
     assert one.log_lambda == pytest.approx(1.0 - 0.234)  # gain 1, min(1, alpha) = 1
-    many = run_chain(am, params, _flat, np.zeros(2), 50, seed=3, chain=0).state
+    many = run_chain(am.SAMPLER, params, _flat, np.zeros(2), 50, seed=3, chain=0).state
     assert many.log_lambda > one.log_lambda
 
     def reject_all(x: np.ndarray) -> float:
         return 0.0 if not np.any(x) else -math.inf
 
-    shrunk = run_chain(am, params, reject_all, np.zeros(2), 50, seed=3, chain=0).state
+    shrunk = run_chain(am.SAMPLER, params, reject_all, np.zeros(2), 50, seed=3, chain=0).state
     assert shrunk.log_lambda < -1.0
     # Every state is still recorded (the same one, over and over).
     assert shrunk.moments.count == 50 and np.all(shrunk.moments.m2 == 0)
@@ -135,8 +136,12 @@ def test_scale_moves_toward_the_target_acceptance() -> None:
 
 def test_warmup_mode_freezes_everything_after_warmup() -> None:
     params = am.make_params(3, {**HAARIO, "adapt_start": 20}, warmup=60)
-    at_warmup = run_chain(am, params, TARGET.logdensity, TARGET.mean, 60, seed=4, chain=0).state
-    later = run_chain(am, params, TARGET.logdensity, TARGET.mean, 300, seed=4, chain=0).state
+    at_warmup = run_chain(
+        am.SAMPLER, params, TARGET.logdensity, TARGET.mean, 60, seed=4, chain=0
+    ).state
+    later = run_chain(
+        am.SAMPLER, params, TARGET.logdensity, TARGET.mean, 300, seed=4, chain=0
+    ).state
     assert later.log_lambda == at_warmup.log_lambda
     assert encode(later.moments) == encode(at_warmup.moments)
     assert later.moments.count == 60
@@ -146,7 +151,9 @@ def test_diminishing_mode_keeps_estimating_the_covariance() -> None:
     params = am.make_params(
         3, {**HAARIO, "adaptation": "diminishing", "adapt_start": 20}, warmup=60
     )
-    state = run_chain(am, params, TARGET.logdensity, TARGET.mean, 300, seed=5, chain=0).state
+    state = run_chain(
+        am.SAMPLER, params, TARGET.logdensity, TARGET.mean, 300, seed=5, chain=0
+    ).state
     assert state.moments.count == 300
 
 
@@ -159,7 +166,9 @@ def test_moments_are_the_cold_part_of_the_state() -> None:
 
 def test_fixed_scale_variant() -> None:
     params = am.make_params(3, {**HAARIO, "adapt_scale": False, "adapt_start": 20}, warmup=60)
-    state = run_chain(am, params, TARGET.logdensity, TARGET.mean, 100, seed=6, chain=0).state
+    state = run_chain(
+        am.SAMPLER, params, TARGET.logdensity, TARGET.mean, 100, seed=6, chain=0
+    ).state
     assert state.log_lambda == 0.0 and state.moments.count == 60
 
 
@@ -173,7 +182,7 @@ def test_adapted_chain_reaches_the_target_acceptance() -> None:
     covariance = rotation @ np.diag([0.05, 0.3, 1.0, 4.0, 15.0]) @ rotation.T
     target = Gaussian(np.zeros(5), covariance)
     params = am.make_params(5, HAARIO, warmup=3000)
-    result = run_chain(am, params, target.logdensity, np.zeros(5), 7000, seed=7, chain=0)
+    result = run_chain(am.SAMPLER, params, target.logdensity, np.zeros(5), 7000, seed=7, chain=0)
     assert abs(np.mean(result.accepted[3000:]) - 0.234) < 0.06
 
 
@@ -250,7 +259,7 @@ def test_windows_find_scales_a_million_apart() -> None:
 
 def test_the_frozen_factor_is_remembered_and_is_the_one_computed_afresh() -> None:
     params = am.make_params(3, {}, warmup=120)
-    result = run_chain(am, params, TARGET.logdensity, np.zeros(3), 150, seed=4, chain=0)
+    result = run_chain(am.SAMPLER, params, TARGET.logdensity, np.zeros(3), 150, seed=4, chain=0)
     state = result.state
     assert state.iteration > params.warmup  # past warm-up: the covariance is frozen
     fresh = jittered_cholesky(am.proposal_covariance(state, params))

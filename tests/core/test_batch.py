@@ -6,14 +6,13 @@ outside the support."""
 from __future__ import annotations
 
 import math
-from types import ModuleType
 from typing import Any
 
 import numpy as np
 import pytest
 
 from kameleon.core import SAMPLERS
-from kameleon.core.base import Proposal, StepInfo, reset
+from kameleon.core.base import Proposal, Sampler, StepInfo, reset
 from kameleon.core.batch import ARRAY_PHILOX_MIN, accept_block, ask_many, tell_many
 from kameleon.core.rng import Stream, generator
 from kameleon.core.samplers import am, rwm
@@ -32,7 +31,7 @@ def _logdensity(x: np.ndarray) -> float:
     return -0.5 * float(x @ x) - 0.4 * float(x[0] * x[1])
 
 
-def _run_one(sampler: ModuleType, params: Any, chain: int, rounds: int) -> list[Any]:
+def _run_one(sampler: Sampler[Any, Any], params: Any, chain: int, rounds: int) -> list[Any]:
     """The states and infos of one chain stepped alone, as the per-chain API does it."""
     state = sampler.init(_start(chain), params, seed=11 + chain, chain=chain)
     history: list[Any] = []
@@ -82,37 +81,42 @@ def test_tell_many_equals_tell_chain_by_chain(name: str) -> None:
             _assert_identical(a, b, f"chain {c}, tell {i}")
 
 
-@pytest.mark.parametrize("sampler", [rwm, am])
-def test_the_metropolis_samplers_take_the_batched_path(sampler: ModuleType) -> None:
-    assert callable(sampler.METROPOLIS_ADAPT)
+@pytest.mark.parametrize("sampler", [rwm.SAMPLER, am.SAMPLER])
+def test_the_metropolis_samplers_take_the_batched_path(sampler: Sampler[Any, Any]) -> None:
+    assert callable(sampler.metropolis_adapt)
 
 
 def test_tell_many_refuses_a_bad_value_before_telling_anything() -> None:
     params = rwm.make_params(DIM, {}, warmup=10)
     states = [rwm.init(np.zeros(DIM), params, seed=1, chain=c) for c in range(2)]
     initialised = [
-        s for s, _ in tell_many(rwm, states, params, ask_many(rwm, states, params), [-1.0, -1.0])
+        s
+        for s, _ in tell_many(
+            rwm.SAMPLER, states, params, ask_many(rwm.SAMPLER, states, params), [-1.0, -1.0]
+        )
     ]
-    proposals = ask_many(rwm, initialised, params)
+    proposals = ask_many(rwm.SAMPLER, initialised, params)
     with pytest.raises(ValueError, match="log density"):
-        tell_many(rwm, initialised, params, proposals, [-1.0, math.nan])
+        tell_many(rwm.SAMPLER, initialised, params, proposals, [-1.0, math.nan])
     with pytest.raises(ValueError, match="does not belong"):
         stale = Proposal(0, "init", initialised[1].position)  # already told
-        tell_many(rwm, initialised, params, [proposals[0], stale], [-1.0, -2.0])
+        tell_many(rwm.SAMPLER, initialised, params, [proposals[0], stale], [-1.0, -2.0])
     with pytest.raises(ValueError, match="same length"):
-        tell_many(rwm, initialised, params, proposals, [-1.0])
+        tell_many(rwm.SAMPLER, initialised, params, proposals, [-1.0])
 
 
 def test_tell_many_of_nothing_is_nothing() -> None:
     params = am.make_params(DIM, {}, warmup=10)
-    assert tell_many(am, [], params, [], []) == []
-    assert ask_many(am, [], params) == []
+    assert tell_many(am.SAMPLER, [], params, [], []) == []
+    assert ask_many(am.SAMPLER, [], params) == []
 
 
 def test_step_info_is_returned_not_kept() -> None:
     params = rwm.make_params(DIM, {}, warmup=10)
     (state,) = [rwm.init(np.zeros(DIM), params, seed=1, chain=0)]
-    ((after, info),) = tell_many(rwm, [state], params, ask_many(rwm, [state], params), [-0.5])
+    ((after, info),) = tell_many(
+        rwm.SAMPLER, [state], params, ask_many(rwm.SAMPLER, [state], params), [-0.5]
+    )
     assert isinstance(info, StepInfo) and info.outcome == "initialized"
     assert not hasattr(after, "outcome")
 

@@ -19,7 +19,11 @@ from kameleon.core.run import run_chain, sample
 from kameleon.core.samplers import kameleon, kmc_finite, kmc_lite
 from tests.core.test_kameleon import explicit_covariance
 
-KERNEL_SAMPLERS = {"kameleon": kameleon, "kmc-lite": kmc_lite, "kmc-finite": kmc_finite}
+KERNEL_SAMPLERS = {
+    "kameleon": kameleon.SAMPLER,
+    "kmc-lite": kmc_lite.SAMPLER,
+    "kmc-finite": kmc_finite.SAMPLER,
+}
 
 
 def _dense_preconditioner(dim: int, rng: np.random.Generator) -> Preconditioner:
@@ -149,7 +153,7 @@ def test_a_scouting_window_that_never_moved_keeps_the_last_basis() -> None:
     # Everything outside the start is outside the support: every proposal is rejected.
     start = np.array([0.3, -0.2])
     result = run_chain(
-        kameleon,
+        kameleon.SAMPLER,
         params,
         lambda x: 0.0 if np.array_equal(x, start) else -math.inf,
         start,
@@ -212,7 +216,7 @@ def test_without_preconditioning_the_wide_coordinate_is_missed() -> None:
 def test_after_scouting_a_tenth_of_the_iterations_are_random_walk_steps() -> None:
     params = kmc_lite.make_params(2, {}, warmup=400)
     result = run_chain(
-        kmc_lite, params, lambda x: -0.5 * float(x @ x), np.ones(2), 2400, seed=6, chain=0
+        kmc_lite.SAMPLER, params, lambda x: -0.5 * float(x @ x), np.ones(2), 2400, seed=6, chain=0
     )
     state = result.state
     walks = 0

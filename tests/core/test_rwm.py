@@ -35,7 +35,7 @@ def test_proposal_increments_have_the_scale() -> None:
     # In d = 4000 the sample sd of one proposal's increments has a relative standard
     # error of 1 / sqrt(2 d) ~ 1.1%: within 6% is more than 5 standard errors.
     params = rwm.make_params(4000, {"scale": 0.3}, warmup=0)
-    result = run_chain(rwm, params, _flat, np.zeros(4000), 1, seed=1, chain=0)
+    result = run_chain(rwm.SAMPLER, params, _flat, np.zeros(4000), 1, seed=1, chain=0)
     assert result.accepted[0]
     assert np.std(result.draws[0]) == pytest.approx(0.3, rel=0.06)
 
@@ -46,18 +46,18 @@ def test_scale_moves_toward_the_target_acceptance(
 ) -> None:
     params = rwm.make_params(2, {}, warmup=50)
     start = math.log(params.initial_scale)
-    result = run_chain(rwm, params, logdensity_fn, np.zeros(2), 1, seed=2, chain=0)
+    result = run_chain(rwm.SAMPLER, params, logdensity_fn, np.zeros(2), 1, seed=2, chain=0)
     # First Robbins-Monro step, gain 1: log s += min(1, alpha) - 0.234.
     expected = start + (1.0 - 0.234 if direction > 0 else -0.234)
     assert result.state.log_scale == pytest.approx(expected)
-    longer = run_chain(rwm, params, logdensity_fn, np.zeros(2), 50, seed=2, chain=0)
+    longer = run_chain(rwm.SAMPLER, params, logdensity_fn, np.zeros(2), 50, seed=2, chain=0)
     assert direction * (longer.state.log_scale - result.state.log_scale) > 0
 
 
 def test_warmup_mode_freezes_the_scale_after_warmup() -> None:
     params = rwm.make_params(2, {}, warmup=30)
-    at_warmup = run_chain(rwm, params, _flat, np.zeros(2), 30, seed=3, chain=0).state
-    later = run_chain(rwm, params, _flat, np.zeros(2), 300, seed=3, chain=0).state
+    at_warmup = run_chain(rwm.SAMPLER, params, _flat, np.zeros(2), 30, seed=3, chain=0).state
+    later = run_chain(rwm.SAMPLER, params, _flat, np.zeros(2), 300, seed=3, chain=0).state
     assert at_warmup.log_scale != math.log(params.initial_scale)
     assert later.log_scale == at_warmup.log_scale
 
@@ -83,7 +83,7 @@ def test_diminishing_mode_keeps_adapting_ever_more_rarely() -> None:
 
 def test_no_adaptation_when_disabled() -> None:
     params = rwm.make_params(2, {"adapt_scale": False}, warmup=100)
-    state = run_chain(rwm, params, _flat, np.zeros(2), 100, seed=5, chain=0).state
+    state = run_chain(rwm.SAMPLER, params, _flat, np.zeros(2), 100, seed=5, chain=0).state
     assert state.log_scale == math.log(params.initial_scale)
 
 
@@ -94,7 +94,7 @@ def test_adapted_scale_reaches_the_target_acceptance() -> None:
     # error of the adapted scale.
     target = Gaussian(np.zeros(4), np.diag([1.0, 2.0, 0.5, 1.0]))
     params = rwm.make_params(4, {}, warmup=2000)
-    result = run_chain(rwm, params, target.logdensity, np.zeros(4), 6000, seed=6, chain=0)
+    result = run_chain(rwm.SAMPLER, params, target.logdensity, np.zeros(4), 6000, seed=6, chain=0)
     assert abs(np.mean(result.accepted[2000:]) - 0.234) < 0.06
 
 

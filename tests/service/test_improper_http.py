@@ -57,14 +57,14 @@ def test_a_sampler_that_raises_stops_its_session_with_a_stated_reason(
 ) -> None:
     body = {"algorithm": "am", "dim": 2, "chains": 2, "seed": 4, "warmup": 10}
     sid = client.post("/v1/sessions", json=body).json()["id"]
-    ask = am.ask
+    propose = am._propose  # what am.ask calls: a failure inside the sampler's ask
 
-    def failing(state: Any, params: Any) -> Any:
+    def failing(state: Any, params: Any, rng: Any) -> Any:
         if state.iteration >= 5:
             raise np.linalg.LinAlgError("the matrix is not finite")
-        return ask(state, params)
+        return propose(state, params, rng)
 
-    monkeypatch.setattr(am, "ask", failing)
+    monkeypatch.setattr(am, "_propose", failing)
     answer = client.post(f"/v1/sessions/{sid}/ask", json={"max": 2}).json()
     failed = None
     for _ in range(20):
@@ -107,7 +107,7 @@ def test_a_tell_the_sampler_fails_on_applies_nothing_and_stops_the_session(
     def failing(*args: Any) -> Any:
         raise FloatingPointError("overflow")
 
-    monkeypatch.setattr(am, "tell", failing)
+    monkeypatch.setattr(am, "_adapt", failing)  # what am.tell calls after its decision
     told = {"results": [{"id": first[0]["id"], "log_density": 0.0}]}
     response = client.post(f"/v1/sessions/{sid}/tell", json=told)
     assert response.status_code == 422, response.text

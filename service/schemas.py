@@ -19,6 +19,7 @@ from pydantic import (
     Field,
     Strict,
     StringConstraints,
+    field_validator,
     model_validator,
 )
 
@@ -152,8 +153,11 @@ class StopRuleIn(_Request):
 
 
 class SessionCreate(_Request):
-    algorithm: Literal[ALGORITHMS] = Field(  # type: ignore[valid-type]
+    algorithm: str = Field(
         DEFAULT_ALGORITHM,
+        # The registry's names when the schema is made; a request is checked against
+        # the registry as it is (_registered), so a sampler is one registry entry.
+        json_schema_extra={"enum": list(ALGORITHMS)},
         description=(
             "Sampling algorithm (default `am`, Adaptive Metropolis: right on the most "
             "targets of the validation suite). The kernel samplers `kameleon`, "
@@ -222,6 +226,13 @@ class SessionCreate(_Request):
         description="Stopping rule: the session is done when it is met or when every chain "
         "has reached max_iterations, whichever comes first.",
     )
+
+    @field_validator("algorithm")
+    @classmethod
+    def _registered(cls, value: str) -> str:
+        if value not in SAMPLERS:
+            raise ValueError(f"algorithm must be one of {', '.join(map(repr, SAMPLERS))}")
+        return value
 
     @model_validator(mode="after")
     def _default_max_iterations(self) -> SessionCreate:

@@ -1,16 +1,26 @@
-"""The exactly-once decision: what told results do to one chain. Pure: no I/O, no clock.
+"""The exactly-once decision: what told results do to a session's chains. Pure: no I/O,
+no clock.
 
-:func:`plan_chain` classifies each result told for a chain against the chain's state
-(apply it, call it a duplicate, or a conflict), runs the sampler's transitions for those
-applied, and says what to write. A result for a transition applied in an earlier request
-is judged against the value told then, which only the store has: the plan names those
-iterations in ``missing``, and the caller reads them and plans again with ``history``.
+One way in, three steps:
+
+1. :func:`classify` judges each told result against its chain, without the sampler:
+   ``apply`` (the proposal the chain waits for), ``duplicate`` (told before with this
+   value), ``conflict`` (told before with another value, or never issued) or
+   ``missing`` (applied in an earlier request, whose value only the store has: the plan
+   names those iterations, and the caller reads them and decides again with
+   ``history``). A chain moves at most once per request: the proposal after a
+   transition is issued by no one until it is handed out.
+2. :func:`transition` makes every chain's transition in one batched tell
+   (:func:`core.batch.tell_many`, which steps chain by chain where a sampler cannot
+   batch); a sampler that fails is named by its chain.
+3. :func:`decide` turns each chain's transition into the write to make
+   (:class:`ChainPlan`).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from kameleon.core.base import Proposal, StepInfo
@@ -24,7 +34,16 @@ from kameleon.service.sessions.errors import guarded
 from kameleon.service.sessions.meta import SessionMeta
 from kameleon.service.store.base import ChainUpdate, Counts
 
-__all__ = ["ChainPlan", "Told", "chain_active", "plan_chain", "steady", "step_steady"]
+__all__ = [
+    "ChainPlan",
+    "Classified",
+    "Told",
+    "chain_active",
+    "classify",
+    "decide",
+    "plan_chain",
+    "transition",
+]
 
 
 class Told(NamedTuple):
@@ -35,6 +54,21 @@ class Told(NamedTuple):
     value: float
 
 
+class Classified(NamedTuple):
+    """The told results of one chain, judged (step 1).
+
+    ``outcomes`` maps the request index of each result decided now (``duplicate``) to
+    its outcome; ``conflicts`` lists the request indices of results that cannot be
+    applied; ``missing`` the iterations whose told values the judgement needs;
+    ``apply`` the result for the proposal the chain waits for, if one was told.
+    """
+
+    outcomes: dict[int, str]
+    conflicts: tuple[int, ...]
+    missing: frozenset[int]
+    apply: Told | None
+
+
 class ChainPlan(NamedTuple):
     """What told results do to one chain.
 
@@ -42,7 +76,7 @@ class ChainPlan(NamedTuple):
     ``conflicts`` lists the request indices of results for proposals that are not
     outstanding. ``update`` is the write to make (``None``: nothing changes) and
     ``after`` the chain once it is made. ``missing``: iterations whose told values the
-    decision needs (see :func:`plan_chain`); when not empty, plan again with them.
+    decision needs (see :func:`classify`); when not empty, decide again with them.
     """
 
     outcomes: dict[int, str]
@@ -52,7 +86,169 @@ class ChainPlan(NamedTuple):
     missing: frozenset[int] = frozenset()
 
 
-_Transition = tuple[Any, StepInfo, bool]  # new state, what happened, accepted
+def classify(
+    meta: SessionMeta, chain: ChainView, told: Sequence[Told], history: Mapping[int, float]
+) -> Classified:
+    """Step 1 for ``told`` (results for ``chain``, in request order); ``history``: told
+    values of transitions applied before, by iteration."""
+    state, init_value = chain.state, chain.init_value
+    outcomes: dict[int, str] = {}
+    conflicts: list[int] = []
+    missing: set[int] = set()
+    apply: Told | None = None
+    for t in told:
+        pid, value = t.pid, t.value
+        if apply is not None and (pid.epoch, pid.iteration) == (
+            apply.pid.epoch,
+            apply.pid.iteration,
+        ):
+            verdict = "duplicate" if _same(apply.value, value) else "conflict"
+        elif pid.iteration == 0:
+            verdict = _initial(meta, chain, init_value, pid, value)
+        elif state.logdensity is None:
+            verdict = "conflict"
+        elif pid.iteration == state.iteration + 1 and not meta.is_done(state):
+            verdict = "apply"
+        elif pid.iteration <= state.iteration:
+            if pid.iteration not in history:
+                verdict = "missing"
+            else:
+                verdict = "duplicate" if _same(history[pid.iteration], value) else "conflict"
+        else:
+            verdict = "conflict"  # never issued: it would follow a transition not yet made
+        if verdict == "apply":
+            apply = t
+        elif verdict == "conflict":
+            conflicts.append(t.at)
+        elif verdict == "missing":
+            missing.add(pid.iteration)
+        else:
+            outcomes[t.at] = verdict
+    return Classified(outcomes, tuple(conflicts), frozenset(missing), apply)
+
+
+def _initial(
+    meta: SessionMeta, chain: ChainView, init_value: float | None, pid: ProposalId, value: float
+) -> str:
+    """:func:`classify`'s verdict on a result for an initial point (iteration 0)."""
+    state = chain.state
+    if pid.epoch < state.epoch and meta.initial_radius is not None and not chain.given:
+        # Replaced by a draw, which only a told -inf does.
+        return "duplicate" if value == -math.inf else "conflict"
+    if pid.epoch != state.epoch:
+        return "conflict"  # made obsolete by a reset, or never issued
+    if state.logdensity is None and init_value is None:
+        return "apply"
+    if init_value is not None and _same(init_value, value):
+        return "duplicate"
+    return "conflict"
+
+
+_Transition = tuple[Any, StepInfo]
+
+
+def transition(
+    meta: SessionMeta,
+    chains: Sequence[ChainView],
+    told: Sequence[Told],
+    proposals: Sequence[Proposal],
+) -> list[_Transition]:
+    """Step 2: each chain's transition with its told value from its outstanding
+    proposal, in one batched tell; when that fails, chain by chain, so that the failure
+    names its chain (:class:`~.errors.SamplerFailed`)."""
+    sampler, params = meta.sampler, meta.params
+    values = [t.value for t in told]
+    try:
+        return tell_many(sampler, [ch.state for ch in chains], params, proposals, values)
+    except Exception:
+        return [
+            guarded(ch.chain, lambda ch=ch, p=p, v=v: sampler.tell(ch.state, params, p, v))  # type: ignore[misc]
+            for ch, p, v in zip(chains, proposals, values, strict=True)
+        ]
+
+
+def decide(
+    meta: SessionMeta,
+    current: Mapping[int, ChainView],
+    by_chain: Mapping[int, Sequence[Told]],
+    *,
+    history: Mapping[int, Mapping[int, float]],
+    proposal: Callable[[ChainView], Proposal],
+    lease: float = 0.0,
+    budget: int = 0,
+) -> dict[int, ChainPlan]:
+    """The plans of a request's told results, ``by_chain`` (in request order per chain),
+    against the chains as ``current``: the three steps of the module docstring.
+
+    ``proposal(chain)`` is a chain's outstanding proposal. The first ``budget`` chains
+    that move and stay active lease their next proposal for ``lease`` seconds. When
+    any result is a conflict or needs history, nothing is stepped: the request is
+    refused, or decided again.
+    """
+    judged = {
+        c: classify(meta, current[c], told, history.get(c, {})) for c, told in by_chain.items()
+    }
+    if any(k.conflicts or k.missing for k in judged.values()):
+        return {c: ChainPlan(k.outcomes, k.conflicts, missing=k.missing) for c, k in judged.items()}
+    moving = [c for c, k in judged.items() if k.apply is not None]
+    stepped = dict(
+        zip(
+            moving,
+            transition(
+                meta,
+                [current[c] for c in moving],
+                [judged[c].apply for c in moving],  # type: ignore[misc]
+                [proposal(current[c]) for c in moving],
+            ),
+            strict=True,
+        )
+    )
+    plans: dict[int, ChainPlan] = {}
+    for c, k in judged.items():
+        if k.apply is None:
+            plans[c] = ChainPlan(k.outcomes, ())
+            continue
+        new, info = stepped[c]
+        plan = _plan(meta, current[c], k, new, info, lease if budget > 0 else 0.0)
+        budget -= plan.update is not None and plan.update.lease_seconds > 0
+        plans[c] = plan
+    return plans
+
+
+def _plan(
+    meta: SessionMeta,
+    chain: ChainView,
+    judged: Classified,
+    new: Any,
+    info: StepInfo,
+    lease: float,
+) -> ChainPlan:
+    """Step 3: the write of one chain's transition (step 2's ``new`` and ``info``)."""
+    assert judged.apply is not None
+    told = judged.apply
+    outcomes = {**judged.outcomes, told.at: info.outcome}
+    draw: bytes | None = None
+    init_value = chain.init_value
+    init_told = False
+    if info.outcome in ("initialized", "outside_support"):
+        if info.outcome == "outside_support" and not chain.given:
+            # Replaced by the chain's next drawn point (a new epoch), if it has one left:
+            # that point waits for its value.
+            new = (
+                redraw(
+                    new,
+                    center=meta.center(chain.chain),
+                    radius=meta.initial_radius,
+                    max_attempts=meta.max_initial_attempts,
+                )
+                or new
+            )
+        init_value = told.value if new.epoch == chain.state.epoch else None
+        init_told = True
+    else:
+        draw = RowLayout.pack(told.value, new.logdensity, info.outcome == "accepted", new.position)
+    update, after = _write(meta, chain, new, init_value, draw, init_told, lease)
+    return ChainPlan(outcomes, judged.conflicts, update, after)
 
 
 def plan_chain(
@@ -63,80 +259,24 @@ def plan_chain(
     lease: float = 0.0,
     history: Mapping[int, float] | None = None,
     outstanding: Proposal | None = None,
-    stepped: tuple[Any, StepInfo] | None = None,
 ) -> ChainPlan:
-    """Decide ``told`` (results for ``chain``, in request order) against ``chain``.
+    """:func:`decide` for one chain (``outstanding``: its proposal, if known)."""
 
-    ``lease`` > 0: the update leases the chain's next proposal for that long.
-    ``history``: told values of transitions applied before, by iteration.
-    ``outstanding``: the chain's current proposal if known (else it is asked again).
-    ``stepped``: the sampler's transition for the first told result, when the caller
-    stepped it already (:func:`steady` says when it may, :func:`step_steady` does it
-    for many chains at once).
-    """
-    history = history or {}
-    state, init_value = chain.state, chain.init_value
-    told_here: dict[tuple[int, int], float] = {}
-    outcomes: dict[int, str] = {}
-    conflicts: list[int] = []
-    missing: set[int] = set()
-    draw: bytes | None = None
-    init_told = False
-    for t in told:
-        outcome, new = _decide(
-            meta, chain, state, init_value, t, told_here, history, outstanding, stepped
-        )
-        stepped = None
-        if outcome == "conflict":
-            conflicts.append(t.at)
-        elif outcome == "missing":
-            missing.add(t.pid.iteration)
-        else:
-            outcomes[t.at] = outcome
-        if new is None:
-            continue
-        told_here[(t.pid.epoch, t.pid.iteration)] = t.value
-        epoch = state.epoch
-        state, info, accepted = new
-        if info.outcome in ("initialized", "outside_support"):
-            # Outside the support and replaced by a draw (a new epoch): the new
-            # initial point waits for its value.
-            init_value = t.value if state.epoch == epoch else None
-            init_told = True
-        else:
-            draw = RowLayout.pack(t.value, state.logdensity, accepted, state.position)
-    if missing or (state is chain.state and init_value == chain.init_value):
-        return ChainPlan(outcomes, tuple(conflicts), missing=frozenset(missing))
-    update, after = _write(meta, chain, state, init_value, draw, init_told, lease)
-    return ChainPlan(outcomes, tuple(conflicts), update, after)
+    def proposal(ch: ChainView) -> Proposal:
+        if outstanding is not None:
+            return outstanding
+        return guarded(ch.chain, lambda: meta.sampler.ask(ch.state, meta.params))
 
-
-def steady(meta: SessionMeta, chain: ChainView, told: Sequence[Told]) -> bool:
-    """Whether ``told`` is one result for the proposal ``chain`` waits for: the common
-    case, where :func:`plan_chain` makes exactly one sampler transition, from
-    ``chain.state`` with the told value."""
-    if len(told) != 1:
-        return False
-    state, pid = chain.state, told[0].pid
-    return (
-        state.logdensity is not None
-        and pid.iteration == state.iteration + 1
-        and not meta.is_done(state)
+    plans = decide(
+        meta,
+        {chain.chain: chain},
+        {chain.chain: told},
+        history={chain.chain: history or {}},
+        proposal=proposal,
+        lease=lease,
+        budget=1,
     )
-
-
-def step_steady(
-    meta: SessionMeta, chains: Sequence[ChainView], told: Sequence[Told], proposals: Sequence[Any]
-) -> list[tuple[Any, StepInfo]]:
-    """The transitions of :func:`steady` chains, stepped together
-    (:func:`core.batch.tell_many`); ``proposals`` are their outstanding ones."""
-    return tell_many(
-        meta.sampler,
-        [ch.state for ch in chains],
-        meta.params,
-        proposals,
-        [t.value for t in told],
-    )
+    return plans[chain.chain]
 
 
 def _write(
@@ -187,80 +327,6 @@ def chain_active(meta: SessionMeta, state: Any, init_value: float | None) -> boo
     if state.logdensity is None:
         return init_value is None
     return not meta.is_done(state)
-
-
-def _decide(
-    meta: SessionMeta,
-    chain: ChainView,
-    state: Any,
-    init_value: float | None,
-    told: Told,
-    told_here: dict[tuple[int, int], float],
-    history: Mapping[int, float],
-    outstanding: Proposal | None,
-    stepped: tuple[Any, StepInfo] | None = None,
-) -> tuple[str, _Transition | None]:
-    """Classify one result against the chain as decided so far in this request
-    (``state``, ``init_value``): its outcome, ``"conflict"`` or ``"missing"``, and when it
-    is applied, the transition."""
-    pid, value = told.pid, told.value
-    key = (pid.epoch, pid.iteration)
-    if key in told_here:
-        return ("duplicate" if _same(told_here[key], value) else "conflict"), None
-    if pid.iteration == 0:
-        return _decide_initial(meta, chain, state, init_value, pid, value)
-    if state.logdensity is None:
-        return "conflict", None
-    if pid.iteration == state.iteration + 1 and not meta.is_done(state):
-        if state is not chain.state:
-            return "conflict", None  # issued by no one: it follows a transition of this request
-        if stepped is None:
-            sampler, params = meta.sampler, meta.params
-            proposal = outstanding or guarded(chain.chain, lambda: sampler.ask(state, params))
-            stepped = guarded(chain.chain, lambda: sampler.tell(state, params, proposal, value))
-        new, info = stepped
-        return info.outcome, (new, info, info.outcome == "accepted")
-    if pid.iteration <= state.iteration:
-        if pid.iteration not in history:
-            return "missing", None
-        return ("duplicate" if _same(history[pid.iteration], value) else "conflict"), None
-    return "conflict", None
-
-
-def _decide_initial(
-    meta: SessionMeta,
-    chain: ChainView,
-    state: Any,
-    init_value: float | None,
-    pid: ProposalId,
-    value: float,
-) -> tuple[str, _Transition | None]:
-    """:func:`_decide` for an initial point (iteration 0)."""
-    if pid.epoch < chain.state.epoch and meta.initial_radius is not None and not chain.given:
-        # Replaced by a draw, which only a told -inf does.
-        return ("duplicate" if value == -math.inf else "conflict"), None
-    if pid.epoch != state.epoch or state.epoch != chain.state.epoch:
-        # Made obsolete by a reset, never issued, or drawn in this very request.
-        return "conflict", None
-    if state.logdensity is None and init_value is None:
-        sampler, params = meta.sampler, meta.params
-        new, info = guarded(
-            chain.chain, lambda: sampler.tell(state, params, sampler.ask(state, params), value)
-        )
-        if info.outcome == "outside_support" and not chain.given:
-            new = (
-                redraw(
-                    new,
-                    center=meta.center(chain.chain),
-                    radius=meta.initial_radius,
-                    max_attempts=meta.max_initial_attempts,
-                )
-                or new
-            )
-        return info.outcome, (new, info, False)
-    if init_value is not None and _same(init_value, value):
-        return "duplicate", None
-    return "conflict", None
 
 
 def _same(a: float, b: float) -> bool:

@@ -22,7 +22,7 @@ from kameleon.service.config import Settings
 from kameleon.service.ids import format_id, parse_id
 from kameleon.service.sessions.budget import grant_step, iteration_bytes, quota_of, session_bytes
 from kameleon.service.sessions.chains import LRU, Chains, ChainView, MetaChanged, encode_state
-from kameleon.service.sessions.decide import ChainPlan, Told, plan_chain, steady, step_steady
+from kameleon.service.sessions.decide import ChainPlan, Told, decide
 from kameleon.service.sessions.diagnostics import Diagnostics, crossed
 from kameleon.service.sessions.draws import told as told_value
 from kameleon.service.sessions.errors import Busy, Conflict, Invalid, NotFound, SamplerFailed
@@ -279,47 +279,27 @@ class Stepper:
         want: int,
         lease: float,
     ) -> _Round:
-        """One decision of the whole request on ``current``."""
-        budget = want
-        decided = _Round({}, [], 0)
-        stepped = self._step_steady(meta, current, by_chain)
-        for chain, told in by_chain.items():
-            ch = current[chain]
-            plan = plan_chain(
-                meta,
-                ch,
-                told,
-                lease=lease if budget > 0 else 0.0,
-                history=history.get(chain),
-                outstanding=self.chains.outstanding(meta, ch),
-                stepped=stepped.get(chain),
-            )
-            decided.plans[chain] = plan
+        """One decision of the whole request on ``current`` (:func:`.decide.decide`)."""
+        plans = decide(
+            meta,
+            current,
+            by_chain,
+            history=history,
+            proposal=lambda ch: self.chains.proposal(meta, ch),
+            lease=lease,
+            budget=want,
+        )
+        decided = _Round(plans, [], 0)
+        leasing = 0
+        for chain, plan in plans.items():
             decided.conflicts += plan.conflicts
             if plan.missing:
                 decided.missing[chain] = plan.missing
             if plan.update is not None:
                 decided.updates.append(plan.update)
-                budget -= plan.update.lease_seconds > 0
-        decided.extra = max(0, budget)
+                leasing += plan.update.lease_seconds > 0
+        decided.extra = max(0, want - leasing)
         return decided
-
-    def _step_steady(
-        self, meta: SessionMeta, current: dict[int, ChainView], by_chain: dict[int, list[Told]]
-    ) -> dict[int, tuple[Any, Any]]:
-        """The transitions of the chains told one result for their outstanding proposal
-        (:func:`~kameleon.service.sessions.decide.steady`), stepped together."""
-        chains = [c for c, told in by_chain.items() if steady(meta, current[c], told)]
-        if len(chains) < 2:
-            return {}  # nothing to gain: plan_chain steps it
-        views = [current[c] for c in chains]
-        proposals = [self.chains.proposal(meta, ch) for ch in views]
-        told = [by_chain[c][0] for c in chains]
-        try:
-            stepped = step_steady(meta, views, told, proposals)
-        except Exception:  # plan_chain steps each alone and names the one that fails
-            return {}
-        return dict(zip(chains, stepped, strict=True))
 
     async def _read_history(
         self,

@@ -4,6 +4,7 @@ that raises anyway stops its session with a stated reason instead of answering 5
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -11,6 +12,8 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
+from kameleon.core import SAMPLERS
+from kameleon.core.base import metropolis_tell
 from kameleon.core.samplers import am
 
 Json = dict[str, Any]
@@ -97,17 +100,28 @@ def test_a_sampler_that_raises_stops_its_session_with_a_stated_reason(
 def test_a_tell_the_sampler_fails_on_applies_nothing_and_stops_the_session(
     client: TestClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # am's record, with an adaptation that fails once armed (after the initial point).
+    armed = [False]
+    adapt = am.SAMPLER.metropolis_adapt
+    assert adapt is not None
+
+    def failing(*args: Any) -> Any:
+        if armed[0]:
+            raise FloatingPointError("overflow")
+        return adapt(*args)
+
+    def tell(*args: Any) -> Any:
+        return metropolis_tell(*args, failing)
+
+    record = dataclasses.replace(am.SAMPLER, tell=tell, metropolis_adapt=failing)
+    monkeypatch.setitem(SAMPLERS, "am", record)
     body = {"algorithm": "am", "dim": 2, "chains": 1, "seed": 4, "warmup": 10}
     sid = client.post("/v1/sessions", json=body).json()["id"]
     (init,) = client.post(f"/v1/sessions/{sid}/ask", json={"max": 1}).json()["proposals"]
     first = client.post(
         f"/v1/sessions/{sid}/step", json={"results": [{"id": init["id"], "log_density": 0.0}]}
     ).json()["proposals"]
-
-    def failing(*args: Any) -> Any:
-        raise FloatingPointError("overflow")
-
-    monkeypatch.setattr(am, "_adapt", failing)  # what am.tell calls after its decision
+    armed[0] = True
     told = {"results": [{"id": first[0]["id"], "log_density": 0.0}]}
     response = client.post(f"/v1/sessions/{sid}/tell", json=told)
     assert response.status_code == 422, response.text

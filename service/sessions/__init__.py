@@ -5,7 +5,7 @@
   :mod:`.revision` how an update revises it.
 - :mod:`.stepping`: ask, tell, step and reset; :mod:`.decide` is the exactly-once
   decision per chain (pure), :mod:`.chains` the chains as this process sees them;
-  :mod:`.leases` renews leases or hands them back.
+  :mod:`.leases` renews leases or hands them back; :mod:`.told` parses told results.
 - :mod:`.draws`: the draw row layout and reading draws; :mod:`.diagnostics`:
   diagnostics, warnings and the stopping rule.
 

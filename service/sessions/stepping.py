@@ -15,11 +15,11 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any
 
 from kameleon.core.base import reset
 from kameleon.service.config import Settings
-from kameleon.service.ids import format_id, parse_id
+from kameleon.service.ids import format_id
 from kameleon.service.sessions.budget import grant_step, iteration_bytes, quota_of, session_bytes
 from kameleon.service.sessions.chains import LRU, Chains, ChainView, MetaChanged, encode_state
 from kameleon.service.sessions.decide import ChainPlan, Told, decide
@@ -27,6 +27,7 @@ from kameleon.service.sessions.diagnostics import Diagnostics, crossed
 from kameleon.service.sessions.draws import told as told_value
 from kameleon.service.sessions.errors import Busy, Conflict, Invalid, NotFound, SamplerFailed
 from kameleon.service.sessions.meta import SessionMeta
+from kameleon.service.sessions.told import Result, parse, refusal
 from kameleon.service.store.base import (
     ApplyResult,
     ChainRecord,
@@ -41,17 +42,6 @@ __all__ = ["Result", "Stepper", "session_status"]
 MAX_ATTEMPTS = 16
 
 log = logging.getLogger("kameleon")
-
-
-class Result(Protocol):
-    """A told result as the protocol defines it (``schemas.TellResult``)."""
-
-    @property
-    def id(self) -> str: ...
-    @property
-    def log_density(self) -> float: ...
-    @property
-    def gradient(self) -> Sequence[Any] | None: ...
 
 
 @functools.lru_cache(maxsize=64)
@@ -132,7 +122,7 @@ class Stepper:
         ones first, then free chains (or, for a ``request`` seen before, what it leased
         then: :meth:`Store.apply`). The outcomes, the proposals and the session's status,
         with ``next_lease_expires_at`` when no proposal was handed out."""
-        told = _parse(meta, results)
+        told = parse(meta, results)
         by_chain: dict[int, list[Told]] = {}
         for t in told:
             by_chain.setdefault(t.pid.chain, []).append(t)
@@ -248,7 +238,7 @@ class Stepper:
                 await self._read_history(meta, decided.missing, history)
                 continue
             if decided.conflicts:
-                raise _refusal(decided.conflicts, ids, by_chain, current)
+                raise refusal(decided.conflicts, ids, by_chain, current)
             result = await self.store.apply(
                 meta.id,
                 decided.updates,
@@ -362,58 +352,3 @@ class Stepper:
 def _written(plans: dict[int, ChainPlan]) -> list[Any]:
     """The plans that write."""
     return [p for p in plans.values() if p.after is not None]
-
-
-def _refusal(
-    refused: Sequence[int],
-    ids: Sequence[str],
-    by_chain: dict[int, list[Told]],
-    current: dict[int, ChainView],
-) -> Conflict:
-    """The 409 for results that cannot be applied, saying for each why: told before with
-    another value (the first stands), or not outstanding (never issued by its chain, or
-    made obsolete by a reset)."""
-    told = {t.at: t for ts in by_chain.values() for t in ts}
-    errors = []
-    for at in refused:
-        pid = told[at].pid
-        state = current[pid.chain].state
-        answered = pid.epoch == state.epoch and (
-            pid.iteration <= state.iteration if pid.iteration else state.logdensity is not None
-        )
-        why = (
-            "was told before with another value; the first value stands"
-            if answered
-            else "is not outstanding: its chain never issued it, or a reset made it obsolete"
-        )
-        errors.append({"id": ids[at], "message": f"proposal {ids[at]} {why}"})
-    detail = errors[0]["message"]
-    if len(errors) > 1:
-        detail += f" (and {len(errors) - 1} more: see errors)"
-    return Conflict(detail, ids=[ids[at] for at in refused], errors=errors)
-
-
-def _same_value(a: float, b: float) -> bool:
-    return a == b or (a != a and b != b)
-
-
-def _parse(meta: SessionMeta, results: Sequence[Result]) -> list[Told]:
-    """Parse every result before anything is applied (:class:`Invalid` on the first bad
-    one)."""
-    told = []
-    seen: dict[str, int] = {}
-    for i, result in enumerate(results):
-        pid = parse_id(result.id)
-        if pid is None:
-            raise Invalid(
-                f"results[{i}].id: {result.id!r} is not a proposal id", field=f"results.{i}.id"
-            )
-        first = seen.setdefault(result.id, i)
-        if first != i and not _same_value(results[first].log_density, result.log_density):
-            raise Conflict(
-                f"results[{i}].id: {result.id!r} is told twice in this request with different "
-                f"values (results[{first}] too); nothing was applied",
-                ids=[result.id],
-            )
-        told.append(Told(i, pid, result.log_density))
-    return told

@@ -1,133 +1,31 @@
-"""Request and response bodies of the HTTP protocol (PROTOCOL.md), as pydantic models.
-
-Numbers are strict: a string where a number belongs is an error, never coerced. Request
-models forbid unknown fields, so a typo is a 422 rather than a silently ignored option.
-"""
+"""Bodies of the session endpoints: create, update, summary, list."""
 
 from __future__ import annotations
 
-import math
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import (
-    AfterValidator,
-    AllowInfNan,
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    Strict,
-    StringConstraints,
-    field_validator,
-    model_validator,
-)
+from pydantic import BaseModel, BeforeValidator, Field, field_validator, model_validator
 
 from kameleon.core import DEFAULT_ALGORITHM, SAMPLERS
 from kameleon.core.defaults import CHAINS, ITERATIONS, WARMUP
 from kameleon.core.initial import DEFAULT_MAX_ATTEMPTS, DEFAULT_RADIUS
-from kameleon.service.reports import (
-    Diagnostics,
-    DrawsChain,
-    DrawsPage,
-    Health,
-    ProblemDetail,
-    Trace,
-    WarningOut,
+from kameleon.service.reports import WarningOut
+from kameleon.service.schemas.types import (
+    ALGORITHMS,
+    MAX_COUNT,
+    MAX_INITIAL_ATTEMPTS,
+    Count,
+    Finite,
+    Name,
+    RequestModel,
+    one_row,
 )
-
-__all__ = [
-    "ALGORITHMS",
-    "AskRequest",
-    "AskResponse",
-    "ChainSummary",
-    "Diagnostics",
-    "DrawsChain",
-    "DrawsPage",
-    "Health",
-    "LeasesRequest",
-    "LeasesResponse",
-    "ProblemDetail",
-    "ProposalOut",
-    "ResetRequest",
-    "SessionCreate",
-    "SessionList",
-    "SessionSummary",
-    "SessionUpdate",
-    "StepRequest",
-    "StepResponse",
-    "StopRuleIn",
-    "TellOutcome",
-    "TellRequest",
-    "TellResponse",
-    "TellResult",
-    "Trace",
-    "WarningOut",
-]
-
-ALGORITHMS = tuple(SAMPLERS)
-Finite = Annotated[float, Strict(), AllowInfNan(False)]
-Count = Annotated[int, Strict()]
-#: Largest count a JSON number represents exactly, whatever the client's language.
-MAX_COUNT = 2**53
-#: Most starting points a session may draw per chain.
-MAX_INITIAL_ATTEMPTS = 10_000
-
-
-def _utf8(value: str) -> str:
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise ValueError("must be valid Unicode text (no lone surrogates)") from None
-    return value
-
-
-Name = Annotated[str, StringConstraints(min_length=1, max_length=200), AfterValidator(_utf8)]
-
-
-def _outside_support(value: Any) -> Any:
-    """``null``, ``"-inf"`` and ``"-Infinity"`` mean a point outside the support."""
-    if value is None or value in ("-inf", "-Infinity"):
-        return -math.inf
-    return value
-
-
-def _not_nan_or_plus_inf(value: float) -> float:
-    if math.isnan(value) or value == math.inf:
-        raise ValueError("log density must be a number, -Infinity, '-inf' or null; not NaN or +inf")
-    return value
-
-
-LogDensity = Annotated[
-    float,
-    BeforeValidator(
-        _outside_support,
-        json_schema_input_type=float | Literal["-inf", "-Infinity"] | None,
-    ),
-    Strict(),
-    AfterValidator(_not_nan_or_plus_inf),
-    Field(
-        description="log density (or log of an unbiased estimate) at the proposal; "
-        "-Infinity, '-inf' or null outside the support. NaN and +inf are errors."
-    ),
-]
-
-
-def _one_row(value: Any) -> Any:
-    """A flat list of numbers as ``initial`` is one row, for every chain."""
-    if isinstance(value, list) and value and not any(isinstance(v, list) for v in value):
-        return [value]
-    return value
-
-
-class _Request(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
 
 # ------------------------------------------------------------------------- sessions
 
 
-class StopRuleIn(_Request):
+class StopRuleIn(RequestModel):
     """Stop the session once every parameter has converged by these bounds.
 
     Checked whenever the chain with the fewest post-warm-up draws reaches a multiple of
@@ -152,7 +50,7 @@ class StopRuleIn(_Request):
     )
 
 
-class SessionCreate(_Request):
+class SessionCreate(RequestModel):
     algorithm: str = Field(
         DEFAULT_ALGORITHM,
         # The registry's names when the schema is made; a request is checked against
@@ -169,7 +67,7 @@ class SessionCreate(_Request):
     chains: Count = Field(CHAINS, ge=1, le=MAX_COUNT, description="Independent chains.")
     initial: Annotated[
         list[list[Finite]] | None,
-        BeforeValidator(_one_row, json_schema_input_type=list[list[float]] | list[float] | None),
+        BeforeValidator(one_row, json_schema_input_type=list[list[float]] | list[float] | None),
     ] = Field(
         None,
         description="Initial points: one row per chain, or one row for all (a flat list of "
@@ -243,7 +141,7 @@ class SessionCreate(_Request):
         return self
 
 
-class SessionUpdate(_Request):
+class SessionUpdate(RequestModel):
     """What an update changes; a field left out stays as it is."""
 
     max_iterations: Count | None = Field(
@@ -260,7 +158,7 @@ class SessionUpdate(_Request):
 
 ChainStatus = Literal["initial", "needs_initial_point", "warmup", "sampling", "done"]
 SessionStatus = Literal["warmup", "sampling", "needs_initial_point", "done"]
-_SESSION_STATUS = (
+SESSION_STATUS = (
     "done: every chain reached max_iterations, or the session's stopping rule was met; "
     "needs_initial_point: some chain's initial point is outside the support and it waits "
     "for POST .../chains/{chain}/reset (it will never finish without one); otherwise "
@@ -308,7 +206,7 @@ class SessionSummary(BaseModel):
     )
     max_initial_attempts: int
     created_at: datetime
-    status: SessionStatus = Field(description=_SESSION_STATUS)
+    status: SessionStatus = Field(description=SESSION_STATUS)
     iterations: int
     evaluations: int
     acceptance_rate: float | None
@@ -335,145 +233,3 @@ class SessionSummary(BaseModel):
 class SessionList(BaseModel):
     sessions: list[SessionSummary]
     next: str | None = Field(description="Cursor of the next page, or null.")
-
-
-# ------------------------------------------------------------------------ ask, tell
-
-
-RequestId = Annotated[
-    str,
-    StringConstraints(pattern=r"^[!-~]{1,128}$"),
-    Field(
-        description="Names this request (1 to 128 printable ASCII characters, no spaces), "
-        "so that a retry of it, within the lease, gets the same proposals back instead of "
-        "others or none: a lost answer strands nothing. Use a new one per request, the "
-        "same one for its retries."
-    ),
-]
-WaitSeconds = Annotated[
-    float,
-    Strict(),
-    Field(
-        ge=0,
-        description="Long poll: when there is nothing to hand out, hold the request until "
-        "a proposal frees up or this many seconds pass (at most the configured maximum, "
-        "30 unless configured). Default 0: answer at once.",
-    ),
-]
-
-
-class AskRequest(_Request):
-    max: Count = Field(1, ge=1, le=MAX_COUNT, description="Most proposals to hand out.")
-    lease_seconds: Annotated[float, Strict()] | None = Field(
-        None, gt=0, description="How long the proposals are reserved; default from settings."
-    )
-    wait_seconds: WaitSeconds = 0.0
-    request_id: RequestId | None = None
-
-
-class ProposalOut(BaseModel):
-    id: str
-    chain: int
-    iteration: int
-    kind: Literal["init", "proposal"]
-    x: list[float]
-    lease_expires_at: datetime
-
-
-_NEXT_EXPIRY = (
-    "Always present. With no proposals and the session not done: when the first running "
-    "lease runs out (its proposal is handed out again then), or null if none is running; "
-    "null in every other answer."
-)
-
-
-class AskResponse(BaseModel):
-    proposals: list[ProposalOut]
-    status: SessionStatus = Field(description=_SESSION_STATUS)
-    done: bool
-    next_lease_expires_at: datetime | None = Field(description=_NEXT_EXPIRY)
-
-
-class TellResult(_Request):
-    id: Annotated[str, StringConstraints(min_length=1, max_length=100)]
-    log_density: LogDensity
-    gradient: list[Any] | None = Field(
-        None,
-        description="Gradient of the log density at the proposal, for algorithms that use "
-        "gradients (none of this version's): the others ignore it, unchecked.",
-    )
-
-
-class TellRequest(_Request):
-    results: list[TellResult] = Field(description="Results to apply, each exactly once.")
-
-
-Outcome = Literal["initialized", "outside_support", "accepted", "rejected", "duplicate"]
-
-
-class TellOutcome(BaseModel):
-    id: str
-    chain: int
-    outcome: Outcome = Field(
-        description="initialized or outside_support (an initial point: outside_support "
-        "either brings a new drawn initial point to the next ask, or leaves the chain "
-        "needs_initial_point); accepted or rejected (a proposal); duplicate (applied "
-        "before with this value: nothing changed)."
-    )
-
-
-class TellResponse(BaseModel):
-    results: list[TellOutcome]
-
-
-class StepRequest(_Request):
-    results: list[TellResult] = Field(default_factory=list)
-    max: Count | None = Field(
-        None,
-        ge=0,
-        le=MAX_COUNT,
-        description="Most proposals to hand out; default: one per result (at least 1).",
-    )
-    lease_seconds: Annotated[float, Strict()] | None = Field(None, gt=0)
-    wait_seconds: WaitSeconds = 0.0
-    request_id: RequestId | None = None
-
-
-class StepResponse(BaseModel):
-    results: list[TellOutcome]
-    proposals: list[ProposalOut]
-    status: SessionStatus = Field(description=_SESSION_STATUS)
-    done: bool
-    next_lease_expires_at: datetime | None = Field(description=_NEXT_EXPIRY)
-
-
-class LeasesRequest(_Request):
-    ids: list[Annotated[str, StringConstraints(min_length=1, max_length=100)]] = Field(
-        min_length=1,
-        max_length=MAX_COUNT,
-        description="Ids of outstanding proposals (handed out, not yet told).",
-    )
-    lease_seconds: Annotated[float, Strict()] = Field(
-        ge=0,
-        description="Each lease now runs out this many seconds from now (at most the "
-        "maximum lease); 0 hands the proposals back: the next ask hands them out again.",
-    )
-
-
-class LeaseOut(BaseModel):
-    id: str
-    chain: int
-    lease_expires_at: datetime | None = Field(
-        description="When the lease runs out now; null when handed back, or when the "
-        "session is done (nothing is leased then)."
-    )
-
-
-class LeasesResponse(BaseModel):
-    leases: list[LeaseOut] = Field(description="One per id, in request order.")
-    status: SessionStatus = Field(description=_SESSION_STATUS)
-    done: bool
-
-
-class ResetRequest(_Request):
-    initial: list[Finite] = Field(description="The chain's new initial point.")

@@ -1,0 +1,152 @@
+"""Bodies of the ask/tell loop: ask, tell, step, leases and reset."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, Field, Strict, StringConstraints
+
+from kameleon.service.schemas.sessions import SESSION_STATUS, SessionStatus
+from kameleon.service.schemas.types import MAX_COUNT, Count, Finite, LogDensity, RequestModel
+
+# ------------------------------------------------------------------------ ask, tell
+
+
+RequestId = Annotated[
+    str,
+    StringConstraints(pattern=r"^[!-~]{1,128}$"),
+    Field(
+        description="Names this request (1 to 128 printable ASCII characters, no spaces), "
+        "so that a retry of it, within the lease, gets the same proposals back instead of "
+        "others or none: a lost answer strands nothing. Use a new one per request, the "
+        "same one for its retries."
+    ),
+]
+WaitSeconds = Annotated[
+    float,
+    Strict(),
+    Field(
+        ge=0,
+        description="Long poll: when there is nothing to hand out, hold the request until "
+        "a proposal frees up or this many seconds pass (at most the configured maximum, "
+        "30 unless configured). Default 0: answer at once.",
+    ),
+]
+
+
+class AskRequest(RequestModel):
+    max: Count = Field(1, ge=1, le=MAX_COUNT, description="Most proposals to hand out.")
+    lease_seconds: Annotated[float, Strict()] | None = Field(
+        None, gt=0, description="How long the proposals are reserved; default from settings."
+    )
+    wait_seconds: WaitSeconds = 0.0
+    request_id: RequestId | None = None
+
+
+class ProposalOut(BaseModel):
+    id: str
+    chain: int
+    iteration: int
+    kind: Literal["init", "proposal"]
+    x: list[float]
+    lease_expires_at: datetime
+
+
+_NEXT_EXPIRY = (
+    "Always present. With no proposals and the session not done: when the first running "
+    "lease runs out (its proposal is handed out again then), or null if none is running; "
+    "null in every other answer."
+)
+
+
+class AskResponse(BaseModel):
+    proposals: list[ProposalOut]
+    status: SessionStatus = Field(description=SESSION_STATUS)
+    done: bool
+    next_lease_expires_at: datetime | None = Field(description=_NEXT_EXPIRY)
+
+
+class TellResult(RequestModel):
+    id: Annotated[str, StringConstraints(min_length=1, max_length=100)]
+    log_density: LogDensity
+    gradient: list[Any] | None = Field(
+        None,
+        description="Gradient of the log density at the proposal, for algorithms that use "
+        "gradients (none of this version's): the others ignore it, unchecked.",
+    )
+
+
+class TellRequest(RequestModel):
+    results: list[TellResult] = Field(description="Results to apply, each exactly once.")
+
+
+Outcome = Literal["initialized", "outside_support", "accepted", "rejected", "duplicate"]
+
+
+class TellOutcome(BaseModel):
+    id: str
+    chain: int
+    outcome: Outcome = Field(
+        description="initialized or outside_support (an initial point: outside_support "
+        "either brings a new drawn initial point to the next ask, or leaves the chain "
+        "needs_initial_point); accepted or rejected (a proposal); duplicate (applied "
+        "before with this value: nothing changed)."
+    )
+
+
+class TellResponse(BaseModel):
+    results: list[TellOutcome]
+
+
+class StepRequest(RequestModel):
+    results: list[TellResult] = Field(default_factory=list)
+    max: Count | None = Field(
+        None,
+        ge=0,
+        le=MAX_COUNT,
+        description="Most proposals to hand out; default: one per result (at least 1).",
+    )
+    lease_seconds: Annotated[float, Strict()] | None = Field(None, gt=0)
+    wait_seconds: WaitSeconds = 0.0
+    request_id: RequestId | None = None
+
+
+class StepResponse(BaseModel):
+    results: list[TellOutcome]
+    proposals: list[ProposalOut]
+    status: SessionStatus = Field(description=SESSION_STATUS)
+    done: bool
+    next_lease_expires_at: datetime | None = Field(description=_NEXT_EXPIRY)
+
+
+class LeasesRequest(RequestModel):
+    ids: list[Annotated[str, StringConstraints(min_length=1, max_length=100)]] = Field(
+        min_length=1,
+        max_length=MAX_COUNT,
+        description="Ids of outstanding proposals (handed out, not yet told).",
+    )
+    lease_seconds: Annotated[float, Strict()] = Field(
+        ge=0,
+        description="Each lease now runs out this many seconds from now (at most the "
+        "maximum lease); 0 hands the proposals back: the next ask hands them out again.",
+    )
+
+
+class LeaseOut(BaseModel):
+    id: str
+    chain: int
+    lease_expires_at: datetime | None = Field(
+        description="When the lease runs out now; null when handed back, or when the "
+        "session is done (nothing is leased then)."
+    )
+
+
+class LeasesResponse(BaseModel):
+    leases: list[LeaseOut] = Field(description="One per id, in request order.")
+    status: SessionStatus = Field(description=SESSION_STATUS)
+    done: bool
+
+
+class ResetRequest(RequestModel):
+    initial: list[Finite] = Field(description="The chain's new initial point.")

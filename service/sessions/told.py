@@ -1,0 +1,81 @@
+"""Told results as a request carries them: parsed and checked before anything is decided
+(:func:`parse`), and the 409 that refuses those that cannot be applied (:func:`refusal`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from kameleon.service.ids import parse_id
+from kameleon.service.sessions.chains import ChainView
+from kameleon.service.sessions.decide import Told
+from kameleon.service.sessions.errors import Conflict, Invalid
+from kameleon.service.sessions.meta import SessionMeta
+
+__all__ = ["Result", "parse", "refusal"]
+
+
+class Result(Protocol):
+    """A told result as the protocol defines it (``schemas.TellResult``)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def log_density(self) -> float: ...
+    @property
+    def gradient(self) -> Sequence[Any] | None: ...
+
+
+def refusal(
+    refused: Sequence[int],
+    ids: Sequence[str],
+    by_chain: dict[int, list[Told]],
+    current: dict[int, ChainView],
+) -> Conflict:
+    """The 409 for results that cannot be applied, saying for each why: told before with
+    another value (the first stands), or not outstanding (never issued by its chain, or
+    made obsolete by a reset)."""
+    told = {t.at: t for ts in by_chain.values() for t in ts}
+    errors = []
+    for at in refused:
+        pid = told[at].pid
+        state = current[pid.chain].state
+        answered = pid.epoch == state.epoch and (
+            pid.iteration <= state.iteration if pid.iteration else state.logdensity is not None
+        )
+        why = (
+            "was told before with another value; the first value stands"
+            if answered
+            else "is not outstanding: its chain never issued it, or a reset made it obsolete"
+        )
+        errors.append({"id": ids[at], "message": f"proposal {ids[at]} {why}"})
+    detail = errors[0]["message"]
+    if len(errors) > 1:
+        detail += f" (and {len(errors) - 1} more: see errors)"
+    return Conflict(detail, ids=[ids[at] for at in refused], errors=errors)
+
+
+def _same_value(a: float, b: float) -> bool:
+    return a == b or (a != a and b != b)
+
+
+def parse(meta: SessionMeta, results: Sequence[Result]) -> list[Told]:
+    """Parse every result before anything is applied (:class:`Invalid` on the first bad
+    one)."""
+    told = []
+    seen: dict[str, int] = {}
+    for i, result in enumerate(results):
+        pid = parse_id(result.id)
+        if pid is None:
+            raise Invalid(
+                f"results[{i}].id: {result.id!r} is not a proposal id", field=f"results.{i}.id"
+            )
+        first = seen.setdefault(result.id, i)
+        if first != i and not _same_value(results[first].log_density, result.log_density):
+            raise Conflict(
+                f"results[{i}].id: {result.id!r} is told twice in this request with different "
+                f"values (results[{first}] too); nothing was applied",
+                ids=[result.id],
+            )
+        told.append(Told(i, pid, result.log_density))
+    return told

@@ -13,11 +13,11 @@ from fastapi import FastAPI
 
 from kameleon.core import DEFAULT_ALGORITHM, SAMPLERS
 from kameleon.core.linalg import single_threaded_blas
-from kameleon.service import __version__, errors
+from kameleon.service import __version__, problems
 from kameleon.service.config import Settings
 from kameleon.service.limits import BodySizeLimit
 from kameleon.service.observability import JsonFormatter, Metrics, RequestMetrics
-from kameleon.service.options import document_options
+from kameleon.service.option_schemas import document_options
 from kameleon.service.routes import draws, health, operation_id, sampling, sessions, ui
 from kameleon.service.sessions import SessionService
 from kameleon.service.store.backends import build_store
@@ -107,7 +107,7 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
     )
     app.state.settings = settings
     app.state.metrics = metrics
-    errors.install(app)
+    problems.install(app)
     # The hot routes first, on the app's own router: matched before any other, with no
     # included-router layers between them and the request.
     app.router.routes[:0] = sampling.hot.routes

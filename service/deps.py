@@ -12,7 +12,7 @@ from typing import Annotated
 from fastapi import Depends, Request
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 
-from kameleon.service import errors
+from kameleon.service import problems
 from kameleon.service.config import Settings, hash_api_key
 from kameleon.service.sessions import SessionService
 
@@ -74,12 +74,12 @@ def owner_of(settings: Settings, api_key: str | None) -> str:
     if not settings.api_key_hashes:
         return ""
     if not api_key:
-        raise errors.Unauthorized(
+        raise problems.Unauthorized(
             "send your API key in the X-API-Key header (or as Authorization: Bearer)"
         )
     digest = hash_api_key(api_key)
     if not any(hmac.compare_digest(digest, known) for known in settings.api_key_hashes):
-        raise errors.Forbidden("this API key is not accepted")
+        raise problems.Forbidden("this API key is not accepted")
     return digest
 
 

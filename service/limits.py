@@ -12,7 +12,7 @@ from __future__ import annotations
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from kameleon.service.errors import problem_response
+from kameleon.service.problems import problem_response
 
 __all__ = ["BodySizeLimit", "BodyTooLarge"]
 

@@ -12,9 +12,9 @@ from pydantic import Field
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import Response
 
-from kameleon.service import errors
 from kameleon.service.deps import OwnerDep, SessionsDep, SettingsDep
 from kameleon.service.jsonio import JSON
+from kameleon.service.problems import NotFound, Unprocessable
 from kameleon.service.routes import problems
 from kameleon.service.schemas import Diagnostics, DrawsPage, Trace
 from kameleon.service.sessions.draws import ChainSlice, DrawsQuery, RowLayout
@@ -142,11 +142,11 @@ async def get_draws(
     draw; the SDK and ``kameleon export`` do."""
     meta = await sessions.meta(session_id, owner)
     if chain is not None and chain >= meta.chains:
-        raise errors.NotFound(f"no chain {chain} in this session")
+        raise NotFound(f"no chain {chain} in this session")
     if stop is not None and stop < start:
-        raise errors.Unprocessable("stop must not be less than start", field="stop")
+        raise Unprocessable("stop must not be less than start", field="stop")
     if page_size is not None and page_size > settings.max_draws_page_size:
-        raise errors.Unprocessable(
+        raise Unprocessable(
             f"page_size is over the limit of {settings.max_draws_page_size}", field="page_size"
         )
     size = page_size if page_size is not None else settings.draws_page_size
@@ -211,7 +211,7 @@ async def get_trace(
     ``If-None-Match`` to get 304 while nothing changed."""
     meta = await sessions.meta(session_id, owner)
     if points * meta.chains > settings.max_draws_page_size:
-        raise errors.Unprocessable(
+        raise Unprocessable(
             f"points x chains is over the limit of {settings.max_draws_page_size}",
             field="points",
         )

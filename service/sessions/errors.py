@@ -1,4 +1,4 @@
-"""What the use cases refuse, in their own terms; the HTTP edge (``service.errors``)
+"""What the use cases refuse, in their own terms; the HTTP edge (``service.problems``)
 turns each into its status and problem type."""
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from fastapi.testclient import TestClient
 
 from kameleon.core import DEFAULT_ALGORITHM, SAMPLERS
 from kameleon.service.openapi import document
-from kameleon.service.options import FIXED, schema_name
+from kameleon.service.option_schemas import FIXED, schema_name
 
 SPEC = document()
 SCHEMAS = SPEC["components"]["schemas"]

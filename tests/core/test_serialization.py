@@ -105,9 +105,12 @@ def _class_names(doc: Any) -> set[str]:
 
 
 def test_every_registered_class_has_its_stable_name() -> None:
-    # A changed name makes every stored document unreadable: it must fail here.
-    assert set(registered()) == STABLE_NAMES
-    for name, cls in registered().items():
+    # A changed name makes every stored document unreadable: it must fail here. (Test
+    # doubles, such as the toy sampler of the service's tests, register names of their
+    # own in the same process: only the package's are pinned.)
+    ours = {n: c for n, c in registered().items() if c.__module__.startswith("kameleon.")}
+    assert set(ours) == STABLE_NAMES
+    for name, cls in ours.items():
         assert cls.__codec_name__ == name  # type: ignore[attr-defined]
     assert set(ALIASES.values()) <= STABLE_NAMES
 

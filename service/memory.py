@@ -83,11 +83,13 @@ class Trimmer:
 
     def _start(self) -> None:
         self._timer = None
+        loop = asyncio.get_running_loop()
         if self._task is not None and not self._task.done():
-            self.freed()  # the last trim is still running: once more after the pause
+            # The last trim still runs (longer than the pause): look again a pause later.
+            self._timer = loop.call_later(self.interval, self._start)
             return
         self._last = self.clock()
-        self._task = asyncio.get_running_loop().create_task(self._run())
+        self._task = loop.create_task(self._run())
 
     async def _run(self) -> None:
         try:

@@ -49,6 +49,31 @@ def test_at_most_one_trim_per_interval_and_one_after_the_last_delete() -> None:
     assert all(t is not threading.main_thread() for t in calls.threads)  # off the loop
 
 
+def test_a_slow_trim_is_not_run_twice_at_once() -> None:
+    running = threading.Event()
+    release = threading.Event()
+    calls = Calls()
+
+    def slow() -> None:
+        calls()
+        running.set()
+        release.wait(5)
+
+    async def deletes() -> None:
+        trimmer = Trimmer(trim=slow, interval=0.05)
+        trimmer.freed()
+        await asyncio.to_thread(running.wait, 5)
+        trimmer.freed()  # during the slow trim, and longer than the pause
+        await asyncio.sleep(0.3)
+        assert len(calls.times) == 1
+        release.set()
+        await asyncio.sleep(0.3)
+        await trimmer.close()
+
+    asyncio.run(deletes())
+    assert len(calls.times) == 2
+
+
 def test_a_trim_that_raises_raises_nowhere() -> None:
     def broken() -> None:
         raise OSError("no")

@@ -179,7 +179,8 @@ class FactorCache:
             int, tuple[weakref.ref[FloatArray], dict[tuple[Any, ...], None]]
         ] = {}
         #: ``id(Z)`` of subsamples that died (appended by their weak references'
-        #: callbacks, in whichever thread; dropped on the next :meth:`get`).
+        #: callbacks, in whichever thread; dropped by the callback, or by the next
+        #: :meth:`get` when the cache was busy).
         self._dead: deque[int] = deque()
         self._lock = threading.Lock()
 
@@ -226,10 +227,17 @@ class FactorCache:
         z_id = id(Z)
         known = self._known(Z)
         if known is None:
-            dead = self._dead
+            dead, lock = self._dead, self._lock
 
             def died(_: object) -> None:
                 dead.append(z_id)
+                # At once if no thread is in the cache (this one may be: then the next
+                # get drops them).
+                if lock.acquire(blocking=False):
+                    try:
+                        self._drop_dead()
+                    finally:
+                        lock.release()
 
             try:
                 ref = weakref.ref(Z, died)

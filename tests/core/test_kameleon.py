@@ -383,6 +383,7 @@ def test_factor_cache_keeps_no_subsample_alive() -> None:
         del Z
         gc.collect()
         assert ref() is None
+        assert len(cache) == 0  # its factors went with it
     cache.get(np.zeros(8), kept, 2.0, 0.04, 0.1)
     assert len(cache) == 1 and cache.bytes == 8 * 8 * 8 + cache_overhead()
 

@@ -2,10 +2,11 @@
 
 Run from the repository root (the app in process, on the memory store):
 
-    .venv/bin/python bench/memory_objects.py [--cycles 2] [--sessions 6] [--steps 60]
+    .venv/bin/python bench/memory_objects.py [--cycles 2] [--sessions 6] [--steps 150]
 
 One warm-up cycle (as in ``bench/memory_soak.py``: kameleon sessions, d = 8, 8 chains,
-stepped, diagnosed, read and deleted), then ``tracemalloc`` snapshots before and after
+stepped past their warm-up of 100 iterations, so that the kernel proposal runs,
+diagnosed, read and deleted), then ``tracemalloc`` snapshots before and after
 ``--cycles`` more; the largest growths by allocation site are printed. A leak shows as
 a site whose growth scales with the sessions made; memory that the allocator keeps
 (``bench/memory_soak.py`` sees it as RSS) does not show here at all.
@@ -44,7 +45,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cycles", type=int, default=2)
     parser.add_argument("--sessions", type=int, default=6)
-    parser.add_argument("--steps", type=int, default=60)
+    parser.add_argument("--steps", type=int, default=150)
     args = parser.parse_args()
     with TestClient(create_app(Settings())) as client:
         cycle(client, args.sessions, args.steps)

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import math
 import threading
-from collections import OrderedDict
+import weakref
+from collections import OrderedDict, deque
 from typing import Any
 
 import numpy as np
@@ -158,16 +159,29 @@ class FactorCache:
 
     Each ``ask`` needs the factor at the current point ``x`` and at the proposal ``x*``;
     the next ``ask`` starts from one of the two. The factor is a pure function of
-    ``(y, Z, l, gamma^2, s)``, so remembering it changes no result; entries hold their
-    ``Z`` so that its identity in the key stays unique, and the cache is bounded in bytes.
+    ``(y, Z, l, gamma^2, s)``, so remembering it changes no result. The cache is bounded
+    in bytes (its factors, and :attr:`ENTRY_OVERHEAD` per entry for the rest), and it
+    keeps no ``Z`` alive: an entry refers to its ``Z`` weakly and goes with it (when the
+    chain's subsample changes, or its session is deleted), so the subsamples of chains
+    that moved on, or of sessions long gone, are not held until the budget pushes their
+    factors out.
     """
+
+    #: Bytes of one entry besides its factor's data (key, tuple, array header, node).
+    ENTRY_OVERHEAD = 512
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
         self.bytes = 0
-        self._entries: OrderedDict[tuple[Any, ...], tuple[FloatArray, FloatArray, float]] = (
-            OrderedDict()
-        )
+        self._entries: OrderedDict[tuple[Any, ...], tuple[FloatArray, float]] = OrderedDict()
+        #: ``id(Z)`` -> a weak reference to that ``Z`` and the keys of its entries.
+        self._subsamples: dict[
+            int, tuple[weakref.ref[FloatArray], dict[tuple[Any, ...], None]]
+        ] = {}
+        #: ``id(Z)`` of subsamples that died (appended by their weak references'
+        #: callbacks, in whichever thread; dropped by the callback, or by the next
+        #: :meth:`get` when the cache was busy).
+        self._dead: deque[int] = deque()
         self._lock = threading.Lock()
 
     def get(
@@ -175,20 +189,81 @@ class FactorCache:
     ) -> tuple[FloatArray, float]:
         key = (id(Z), Z.shape, y.tobytes(), bandwidth, gamma2, scale2)
         with self._lock:
-            hit = self._entries.get(key)
+            self._drop_dead()
+            hit = self._entries.get(key) if self._known(Z) is not None else None
             if hit is not None:
                 self._entries.move_to_end(key)
-                return hit[1], hit[2]
+                return hit
         L = covariance_cholesky(gamma2, scale2, gaussian_kernel_grad(y, Z, bandwidth))
         log_det = log_det_cholesky(L)
         with self._lock:
+            self._drop_dead()
             if key not in self._entries:
-                self._entries[key] = (Z, L, log_det)
-                self.bytes += L.nbytes
-                while self.bytes > self.max_bytes and self._entries:
-                    _, (_, old, _) = self._entries.popitem(last=False)
-                    self.bytes -= old.nbytes
+                self._add(key, Z, (L, log_det))
         return L, log_det
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+            self._subsamples.clear()
+            self._dead.clear()
+            self.bytes = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def _known(self, Z: FloatArray) -> tuple[Any, dict[tuple[Any, ...], None]] | None:
+        """``Z``'s weak reference and keys, if it has entries (under the lock). Those of
+        a dead array at the same address (which its callback has always named already)
+        are dropped, should one be left."""
+        known = self._subsamples.get(id(Z))
+        if known is not None and known[0]() is not Z:
+            self._dead.append(id(Z))
+            self._drop_dead()
+            return None
+        return known
+
+    def _add(self, key: tuple[Any, ...], Z: FloatArray, entry: tuple[FloatArray, float]) -> None:
+        z_id = id(Z)
+        known = self._known(Z)
+        if known is None:
+            dead, lock = self._dead, self._lock
+
+            def died(_: object) -> None:
+                dead.append(z_id)
+                # At once if no thread is in the cache (this one may be: then the next
+                # get drops them).
+                if lock.acquire(blocking=False):
+                    try:
+                        self._drop_dead()
+                    finally:
+                        lock.release()
+
+            try:
+                ref = weakref.ref(Z, died)
+            except TypeError:  # an array that cannot be referred to weakly: not cached
+                return
+            known = self._subsamples[z_id] = (ref, {})
+        known[1][key] = None
+        self._entries[key] = entry
+        self.bytes += entry[0].nbytes + self.ENTRY_OVERHEAD
+        while self.bytes > self.max_bytes and self._entries:
+            old_key, (old, _) = self._entries.popitem(last=False)
+            self.bytes -= old.nbytes + self.ENTRY_OVERHEAD
+            keys = self._subsamples[old_key[0]][1]
+            del keys[old_key]
+            if not keys:
+                del self._subsamples[old_key[0]]
+
+    def _drop_dead(self) -> None:
+        """Forget the entries of subsamples that died (under the lock)."""
+        while self._dead:
+            known = self._subsamples.pop(self._dead.popleft(), None)
+            if known is None:
+                continue
+            for key in known[1]:
+                L, _ = self._entries.pop(key)
+                self.bytes -= L.nbytes + self.ENTRY_OVERHEAD
 
 
 FACTORS = FactorCache(max_bytes=64 * 2**20)

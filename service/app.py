@@ -88,6 +88,7 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
         try:
             yield
         finally:
+            await app.state.sessions.memory.close()
             gc.unfreeze()
             gc.set_threshold(*threshold)
             if own:

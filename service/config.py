@@ -154,6 +154,12 @@ class Settings(BaseSettings):
     max_draws_page_size: int = Field(
         100_000, ge=1, description="Largest `page_size` a client may ask of `GET .../draws`."
     )
+    malloc_trim: bool = Field(
+        True,
+        description="After sessions are deleted, give the memory they freed back to the "
+        "system (glibc's malloc_trim, in a thread, at most every 5 s; nothing where the C "
+        "library has none). Off: the process keeps freed memory for reuse.",
+    )
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
     log_format: Literal["text", "json"] = Field(
         "text", description="`json`: every log line one JSON object, for log collectors."

@@ -23,6 +23,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol
 
 from kameleon.service.config import Settings
+from kameleon.service.memory import Trimmer
 from kameleon.service.sessions.catalog import ATTEMPTS, Catalog, chain_summary
 from kameleon.service.sessions.chains import Chains, MetaChanged
 from kameleon.service.sessions.diagnostics import Diagnostics
@@ -67,6 +68,8 @@ class SessionService:
         self.stepper = Stepper(store, settings, chains, self.diagnostics, self.catalog.fresh)
         self.waiting = Waiting()
         self.running = RunningCache()
+        #: Gives the memory of deleted sessions back to the system.
+        self.memory = Trimmer(settings.malloc_trim)
         #: Told every answer of ask, tell and step (the app's metrics), if set.
         self.observe: Observer | None = None
 
@@ -114,6 +117,7 @@ class SessionService:
     async def delete(self, session_id: str, owner: str) -> None:
         with self._gone(session_id):
             await self.catalog.delete(session_id, owner)
+        self.memory.freed()
 
     # ------------------------------------------------------------- ask/tell/step
 

@@ -7,8 +7,10 @@ sampler by the generic tests; these are the KAMH-specific ones.
 from __future__ import annotations
 
 import dataclasses
+import gc
 import itertools
 import math
+import weakref
 
 import numpy as np
 import pytest
@@ -348,19 +350,42 @@ def test_remembered_factors_change_no_proposal() -> None:
         proposal = kameleon.ask(state, params)
         state, _ = kameleon.tell(state, params, proposal, target.logdensity(proposal.position))
     remembered = kameleon.ask(state, params)
-    kamh_proposal.FACTORS._entries.clear()
-    kamh_proposal.FACTORS.bytes = 0
+    kamh_proposal.FACTORS.clear()
     fresh = kameleon.ask(state, params)
     np.testing.assert_array_equal(remembered.position, fresh.position)
     assert remembered.log_correction == fresh.log_correction
 
 
 def test_factor_cache_stays_within_its_budget() -> None:
-    cache = kamh_proposal.FactorCache(max_bytes=10 * 8 * 8 * 8)
+    cache = kamh_proposal.FactorCache(max_bytes=10 * (8 * 8 * 8 + cache_overhead()))
     Z = np.random.default_rng(0).standard_normal((20, 8))
     for i in range(50):
         cache.get(np.full(8, float(i)), Z, 2.0, 0.04, 0.1)
-    assert cache.bytes <= cache.max_bytes and len(cache._entries) == 10
+    assert cache.bytes <= cache.max_bytes and len(cache) == 10
+
+
+def cache_overhead() -> int:
+    return kamh_proposal.FactorCache.ENTRY_OVERHEAD
+
+
+def test_factor_cache_keeps_no_subsample_alive() -> None:
+    """An entry goes with its subsample (a chain that moved on, a deleted session): the
+    cache does not hold a chain's past subsamples until the budget pushes them out."""
+    cache = kamh_proposal.FactorCache(max_bytes=2**20)
+    rng = np.random.default_rng(1)
+    kept = rng.standard_normal((20, 8))
+    for i in range(30):
+        Z = rng.standard_normal((20, 8))
+        first = cache.get(np.full(8, float(i)), Z, 2.0, 0.04, 0.1)
+        again = cache.get(np.full(8, float(i)), Z, 2.0, 0.04, 0.1)
+        assert again[0] is first[0]  # a hit while Z lives
+        ref = weakref.ref(Z)
+        del Z
+        gc.collect()
+        assert ref() is None
+        assert len(cache) == 0  # its factors went with it
+    cache.get(np.zeros(8), kept, 2.0, 0.04, 0.1)
+    assert len(cache) == 1 and cache.bytes == 8 * 8 * 8 + cache_overhead()
 
 
 def test_covariance_that_rounding_makes_indefinite_still_factors() -> None:

@@ -45,7 +45,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from kameleon.core import kernel_hmc
+from kameleon.core import kernel_hmc, preconditioning
 from kameleon.core.base import (
     FloatArray,
     OptionError,
@@ -53,6 +53,7 @@ from kameleon.core.base import (
     params_parser,
 )
 from kameleon.core.kernel_hmc import KMCParams, KMCState
+from kameleon.core.preconditioning import Preconditioner
 from kameleon.core.reservoir import reservoir_update
 from kameleon.core.rng import Stream, generator
 from kameleon.core.score_matching import (
@@ -249,5 +250,29 @@ def _fold(state: State, points: FloatArray, weights: FloatArray) -> State:
     )
 
 
+def _remap(state: State, params: KMCParams, old: Preconditioner) -> State:
+    """The map changed in warm-up (:func:`core.preconditioning.learn`). The statistics
+    are sums over features of the old whitened coordinates and cannot be carried over:
+    the fit starts again (schedule step 1) from the states after the change, with the
+    random walk meanwhile; its reservoir, if it was still filling, is whitened anew."""
+    assert state.preconditioner is not None
+    reservoir = preconditioning.rewhiten(state.reservoir, old, state.preconditioner)
+    if state.bandwidth is None:
+        return dataclasses.replace(state, reservoir=reservoir)
+    return dataclasses.replace(
+        state,
+        reservoir=frozen_array(np.empty((0, params.dim))),
+        history_size=0,
+        pending=frozen_array(np.empty((0, params.dim))),
+        pending_weights=frozen_array(np.empty(0)),
+        omega=None,
+        phase=None,
+        factor=None,
+        b=None,
+        theta=None,
+        bandwidth=None,
+    )
+
+
 #: ``ask(state, params)`` and ``tell(state, params, proposal, logdensity)`` (core.base).
-ask, tell = kernel_hmc.variant(_surrogate, _collect)
+ask, tell = kernel_hmc.variant(_surrogate, _collect, _remap)

@@ -28,6 +28,10 @@ Schedule.
    ``O(m^2)``: ``O(d m^2)`` per state on average. Batching makes the large ``m x m``
    factor change, and need rewriting in a store, only every ``update_every`` states.
 
+When the preconditioner's map changes in warm-up (:func:`core.preconditioning.learn`),
+the features are transformed so that the surrogate stays the same function of the
+user's coordinates, and the statistics go on accumulating (see ``_remap``).
+
 A leapfrog step costs one surrogate gradient, ``O(d m)``. The state holds the features,
 the factor, ``b`` and ``theta``: ``O(m^2 + m d)`` memory whatever the chain's length.
 The features are stored rather than regenerated: they are written once, and are small
@@ -46,6 +50,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from kameleon.core import kernel_hmc, preconditioning
+from kameleon.core.arithmetic import matmul, solve_lower, vecmat
 from kameleon.core.base import (
     FloatArray,
     OptionError,
@@ -251,26 +256,35 @@ def _fold(state: State, points: FloatArray, weights: FloatArray) -> State:
 
 
 def _remap(state: State, params: KMCParams, old: Preconditioner) -> State:
-    """The map changed in warm-up (:func:`core.preconditioning.learn`). The statistics
-    are sums over features of the old whitened coordinates and cannot be carried over:
-    the fit starts again (schedule step 1) from the states after the change, with the
-    random walk meanwhile; its reservoir, if it was still filling, is whitened anew."""
-    assert state.preconditioner is not None
-    reservoir = preconditioning.rewhiten(state.reservoir, old, state.preconditioner)
-    if state.bandwidth is None:
-        return dataclasses.replace(state, reservoir=reservoir)
+    """The map changed in warm-up (:func:`core.preconditioning.learn`): the surrogate is
+    carried over unchanged as a function of the user's coordinates, and points still
+    waiting (the reservoir before the features, the pending batch) are whitened anew.
+
+    With ``u_old = B u + c`` (``B = L_old^-1 L_new``, ``c = L_old^-1 (m_new - m_old)``) the
+    features ``cos(omega^T u_old + phase)`` are ``cos((B^T omega)^T u + phase + omega^T c)``:
+    the same functions, so ``theta`` and the statistics stay as they are. The statistics
+    then sum score-matching terms taken in two coordinate systems; each is a Fisher
+    divergence with its own positive definite metric, minimised by the target's own
+    gradient, and so is their sum: new states refine the same fit.
+    """
+    new = state.preconditioner
+    assert new is not None
+    reservoir = preconditioning.rewhiten(state.reservoir, old, new)
+    pending = preconditioning.rewhiten(state.pending, old, new)
+    if state.omega is None or state.phase is None:
+        return dataclasses.replace(state, reservoir=reservoir, pending=pending)
+    dim = params.dim
+    columns = [solve_lower(old.factor, np.ascontiguousarray(new.factor[:, j])) for j in range(dim)]
+    b_transposed = np.array(columns)  # row j is column j of B
+    shift = solve_lower(old.factor, new.shift - old.shift)
+    omega = matmul(b_transposed, state.omega)
+    phase = state.phase + vecmat(shift, state.omega)
     return dataclasses.replace(
         state,
-        reservoir=frozen_array(np.empty((0, params.dim))),
-        history_size=0,
-        pending=frozen_array(np.empty((0, params.dim))),
-        pending_weights=frozen_array(np.empty(0)),
-        omega=None,
-        phase=None,
-        factor=None,
-        b=None,
-        theta=None,
-        bandwidth=None,
+        reservoir=reservoir,
+        pending=pending,
+        omega=frozen_array(omega),
+        phase=frozen_array(phase),
     )
 
 

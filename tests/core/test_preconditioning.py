@@ -260,3 +260,30 @@ def test_the_map_learns_through_warm_up_and_then_freezes(name: str) -> None:
             changes.append(s.iteration)
             previous = s.preconditioner
     assert changes == [500, *ends]
+
+
+def test_kmc_finite_carries_its_surrogate_over_to_a_new_map() -> None:
+    # The features are transformed so that the surrogate is the same function of the
+    # user's coordinates under the new map as under the old one.
+    from kameleon.core.score_matching import FiniteSurrogate, random_features
+
+    rng = np.random.default_rng(9)
+    old, new = _dense_preconditioner(3, rng), _dense_preconditioner(3, rng)
+    params = kmc_finite.make_params(3, {"num_features": 7}, warmup=100)
+    omega, phase = random_features(rng, 3, 7, 1.3)
+    theta = rng.standard_normal(7)
+    state = dataclasses.replace(
+        kmc_finite.init(np.zeros(3), params, seed=1, chain=0),
+        omega=frozen_array(omega),
+        phase=frozen_array(phase),
+        theta=frozen_array(theta),
+        preconditioner=new,
+    )
+    moved = kmc_finite._remap(state, params, old)
+    assert moved.omega is not None and moved.phase is not None
+    before = FiniteSurrogate(omega, phase, theta)
+    after = FiniteSurrogate(moved.omega, moved.phase, theta)
+    for x in rng.standard_normal((5, 3)) * 3:
+        assert after.logdensity(new.whiten(x)) == pytest.approx(
+            before.logdensity(old.whiten(x)), rel=1e-10, abs=1e-12
+        )

@@ -18,7 +18,7 @@ from kameleon.core.run import sample
 
 pytestmark = pytest.mark.slow  # statistical: a few seconds per sampler
 
-DIM = 6
+DIM = 8
 SEED = 3
 CHAINS, WARMUP, DRAWS = 2, 3000, 1500
 _Q, _ = np.linalg.qr(np.random.default_rng(17).standard_normal((DIM, DIM)))
@@ -50,7 +50,9 @@ def test_a_rotated_gaussian_with_scales_a_hundredfold_apart(name: str) -> None:
     # axis (these runs have several hundred) estimates a unit sd within about
     # sqrt(1 / (2 ESS)) <= 0.07, so [0.75, 1.3] is more than 3.5 of its standard errors
     # wide; the code before the map learnt through warm-up gave 0.2-0.7 along the wide
-    # axes at this budget. The seed is fixed and the arithmetic machine-independent,
+    # axes at this budget (KAMH 0.69 and 1.3). The seed is fixed and the arithmetic machine-independent,
     # so the outcome is the same on every run.
     assert np.all((sd > 0.75) & (sd < 1.3)), f"sd along the principal axes {sd}"
-    assert np.all(np.abs(z.mean(axis=0)) < 0.4), f"means {z.mean(axis=0)}"
+    # The mean's standard error along an axis is at most 0.15 for an ESS of 50 or more:
+    # 0.6 is 4 of them (the code before gave 1.2).
+    assert np.all(np.abs(z.mean(axis=0)) < 0.6), f"means {z.mean(axis=0)}"

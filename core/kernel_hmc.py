@@ -360,11 +360,14 @@ def tell(
 
 
 def variant(
-    surrogate: Callable[[S], Surrogate | None], collect: Collect[S]
+    surrogate: Callable[[S], Surrogate | None],
+    collect: Collect[S],
+    remap: preconditioning.Remap,
 ) -> tuple[Callable[[S, Any], Proposal], Callable[[S, Any, Proposal, float], tuple[S, StepInfo]]]:
     """The ``ask`` and ``tell`` of a kernel HMC variant, from how it builds its surrogate
-    from a state and how it enters a state into its history: :func:`ask` and :func:`tell`
-    on that surrogate, inside the preconditioning (:mod:`core.preconditioning`)."""
+    from a state, how it enters a state into its history and how it carries its history
+    over to a new preconditioner in warm-up: :func:`ask` and :func:`tell` on that
+    surrogate, inside the preconditioning (:mod:`core.preconditioning`)."""
 
     def kernel_ask(state: S, params: Any) -> Proposal:
         return ask(state, params, surrogate(state))
@@ -381,7 +384,9 @@ def variant(
         state: S, params: Any, proposal: Proposal, logdensity: float
     ) -> tuple[S, StepInfo]:
         new: S
-        new, info = preconditioning.tell(state, params, proposal, logdensity, kernel_tell, handover)
+        new, info = preconditioning.tell(
+            state, params, proposal, logdensity, kernel_tell, handover, remap
+        )
         return new, info
 
     return variant_ask, variant_tell

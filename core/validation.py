@@ -138,7 +138,12 @@ def _student_t(x: FloatArray) -> float:
 def _funnel(x: FloatArray) -> float:
     """Neal's funnel: ``v ~ N(0, 3^2)``, ``x_i | v ~ N(0, e^v)``."""
     v = float(x[0])
-    return -v * v / 18 - 0.5 * float(np.sum(x[1:] ** 2)) * math.exp(-v) - 0.5 * (x.size - 1) * v
+    squares = float(np.sum(x[1:] ** 2))
+    # e^-v overflows for v < -709, where the density is 0 unless x_2.. are all 0: the
+    # value IEEE arithmetic gives, not an OverflowError.
+    spread = math.exp(-v) if v > -700 else math.inf
+    conditional = 0.5 * squares * spread if squares > 0 else 0.0
+    return -v * v / 18 - conditional - 0.5 * (x.size - 1) * v
 
 
 _SCHOOLS_Y = np.array([28, 8, -3, 7, -1, 1, 18, 12], dtype=np.float64)

@@ -268,7 +268,9 @@ def ask(state: State, params: Params) -> Proposal:
 def tell(
     state: State, params: Params, proposal: Proposal, logdensity: float
 ) -> tuple[State, StepInfo]:
-    return preconditioning.tell(state, params, proposal, logdensity, _kernel_tell, _handover)
+    return preconditioning.tell(
+        state, params, proposal, logdensity, _kernel_tell, _handover, _remap
+    )
 
 
 def _handover(state: State, params: Params) -> State:
@@ -276,6 +278,24 @@ def _handover(state: State, params: Params) -> State:
     kernel part is ``nu^2 Cov(Z)``, and ``Cov(Z)`` is about ``I`` in whitened coordinates)."""
     log_nu2 = log1(params.initial_nu2) + state.scout_log_lambda
     return dataclasses.replace(state, log_nu2=log_nu2)
+
+
+def _remap(state: State, params: Params, old: Preconditioner) -> State:
+    """The map changed in warm-up (:func:`core.preconditioning.learn`): the history and
+    the subsample, kept whitened, are whitened by the new map instead, and the
+    bandwidth is the median heuristic's on them."""
+    new = state.preconditioner
+    assert new is not None
+    reservoir = preconditioning.rewhiten(state.reservoir, old, new)
+    subsample = state.subsample
+    if subsample is not None:
+        subsample = preconditioning.rewhiten(subsample, old, new)
+    Z = reservoir if subsample is None else subsample
+    bandwidth = state.bandwidth
+    if bandwidth is not None:
+        rng = generator(state.seed, state.chain, state.iteration, Stream.ADAPT)
+        bandwidth = _subsample_bandwidth(Z, params, rng)
+    return dataclasses.replace(state, reservoir=reservoir, subsample=subsample, bandwidth=bandwidth)
 
 
 def _kernel_ask(state: State, params: Params) -> Proposal:

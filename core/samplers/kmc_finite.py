@@ -28,6 +28,10 @@ Schedule.
    ``O(m^2)``: ``O(d m^2)`` per state on average. Batching makes the large ``m x m``
    factor change, and need rewriting in a store, only every ``update_every`` states.
 
+When the preconditioner's map changes in warm-up (:func:`core.preconditioning.learn`),
+the features are transformed so that the surrogate stays the same function of the
+user's coordinates, and the statistics go on accumulating (see ``_remap``).
+
 A leapfrog step costs one surrogate gradient, ``O(d m)``. The state holds the features,
 the factor, ``b`` and ``theta``: ``O(m^2 + m d)`` memory whatever the chain's length.
 The features are stored rather than regenerated: they are written once, and are small
@@ -45,7 +49,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from kameleon.core import kernel_hmc
+from kameleon.core import kernel_hmc, preconditioning
+from kameleon.core.arithmetic import matmul, solve_lower, vecmat
 from kameleon.core.base import (
     FloatArray,
     OptionError,
@@ -55,6 +60,7 @@ from kameleon.core.base import (
 )
 from kameleon.core.kernel_hmc import KMCParams, KMCState
 from kameleon.core.memory import preconditioning_floats
+from kameleon.core.preconditioning import Preconditioner
 from kameleon.core.reservoir import reservoir_update
 from kameleon.core.rng import Stream, generator
 from kameleon.core.score_matching import (
@@ -261,8 +267,41 @@ def _fold(state: State, points: FloatArray, weights: FloatArray) -> State:
     )
 
 
+def _remap(state: State, params: KMCParams, old: Preconditioner) -> State:
+    """The map changed in warm-up (:func:`core.preconditioning.learn`): the surrogate is
+    carried over unchanged as a function of the user's coordinates, and points still
+    waiting (the reservoir before the features, the pending batch) are whitened anew.
+
+    With ``u_old = B u + c`` (``B = L_old^-1 L_new``, ``c = L_old^-1 (m_new - m_old)``) the
+    features ``cos(omega^T u_old + phase)`` are ``cos((B^T omega)^T u + phase + omega^T c)``:
+    the same functions, so ``theta`` and the statistics stay as they are. The statistics
+    then sum score-matching terms taken in two coordinate systems; each is a Fisher
+    divergence with its own positive definite metric, minimised by the target's own
+    gradient, and so is their sum: new states refine the same fit.
+    """
+    new = state.preconditioner
+    assert new is not None
+    reservoir = preconditioning.rewhiten(state.reservoir, old, new)
+    pending = preconditioning.rewhiten(state.pending, old, new)
+    if state.omega is None or state.phase is None:
+        return dataclasses.replace(state, reservoir=reservoir, pending=pending)
+    dim = params.dim
+    columns = [solve_lower(old.factor, np.ascontiguousarray(new.factor[:, j])) for j in range(dim)]
+    b_transposed = np.array(columns)  # row j is column j of B
+    shift = solve_lower(old.factor, new.shift - old.shift)
+    omega = matmul(b_transposed, state.omega)
+    phase = state.phase + vecmat(shift, state.omega)
+    return dataclasses.replace(
+        state,
+        reservoir=reservoir,
+        pending=pending,
+        omega=frozen_array(omega),
+        phase=frozen_array(phase),
+    )
+
+
 #: ``ask(state, params)`` and ``tell(state, params, proposal, logdensity)`` (core.base).
-ask, tell = kernel_hmc.variant(_surrogate, _collect)
+ask, tell = kernel_hmc.variant(_surrogate, _collect, _remap)
 
 
 def chain_floats(dim: int, params: Params) -> int:

@@ -32,7 +32,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from kameleon.core import kernel_hmc
+from kameleon.core import kernel_hmc, preconditioning
 from kameleon.core.base import (
     FloatArray,
     OptionError,
@@ -42,6 +42,7 @@ from kameleon.core.base import (
 )
 from kameleon.core.kernel_hmc import KMCParams, KMCState
 from kameleon.core.memory import preconditioning_floats
+from kameleon.core.preconditioning import Preconditioner
 from kameleon.core.reservoir import reservoir_update
 from kameleon.core.rng import Stream, generator
 from kameleon.core.score_matching import LiteSurrogate, fit_lite
@@ -172,6 +173,12 @@ def _collect(state: State, params: KMCParams, adapt_weight: float) -> State:
         )
     if not due or reservoir is state.centres:
         return state
+    return _fit(state, params, rng)
+
+
+def _fit(state: State, params: Params, rng: np.random.Generator) -> State:
+    """Fit the surrogate on the reservoir."""
+    reservoir = state.reservoir
     bandwidth = (
         params.bandwidth
         if params.bandwidth is not None
@@ -190,8 +197,24 @@ def _collect(state: State, params: KMCParams, adapt_weight: float) -> State:
     )
 
 
+def _remap(state: State, params: KMCParams, old: Preconditioner) -> State:
+    """The map changed in warm-up (:func:`core.preconditioning.learn`): the reservoir,
+    kept whitened, is whitened by the new map instead, and a fitted surrogate is
+    refitted on it at once (the old fit is a function of the old coordinates)."""
+    assert isinstance(params, Params) and state.preconditioner is not None
+    reservoir = preconditioning.rewhiten(state.reservoir, old, state.preconditioner)
+    state = dataclasses.replace(state, reservoir=reservoir)
+    if state.bandwidth is None:
+        return state
+    rng = generator(state.seed, state.chain, state.iteration, Stream.ADAPT)
+    refitted = _fit(state, params, rng)
+    if refitted.centres is not reservoir:  # the fit failed: the random walk until the next
+        return dataclasses.replace(refitted, centres=None, alpha=None, bandwidth=None)
+    return refitted
+
+
 #: ``ask(state, params)`` and ``tell(state, params, proposal, logdensity)`` (core.base).
-ask, tell = kernel_hmc.variant(_surrogate, _collect)
+ask, tell = kernel_hmc.variant(_surrogate, _collect, _remap)
 
 
 def chain_floats(dim: int, params: Params) -> int:

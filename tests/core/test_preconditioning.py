@@ -231,3 +231,63 @@ def test_after_scouting_a_tenth_of_the_iterations_are_random_walk_steps() -> Non
     assert abs(walks - 200) < 5 * 13.4
     last_warmup = dataclasses.replace(state, iteration=params.warmup - 1)
     assert not preconditioning.is_random_walk(last_warmup, params)
+
+
+def test_rewhiten_keeps_the_points_in_the_users_coordinates() -> None:
+    rng = np.random.default_rng(8)
+    old, new = _dense_preconditioner(4, rng), _dense_preconditioner(4, rng)
+    u = rng.standard_normal((7, 4))
+    moved = preconditioning.rewhiten(u, old, new)
+    x_old = np.array([old.color(row) for row in u])
+    x_new = np.array([new.color(row) for row in moved])
+    np.testing.assert_allclose(x_new, x_old, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("name", sorted(KERNEL_SAMPLERS))
+def test_the_map_learns_through_warm_up_and_then_freezes(name: str) -> None:
+    # Warm-up 1000: scouting ends at 500, the map is re-estimated at the ends of the
+    # learning windows, between transitions, and is the same object after warm-up.
+    sampler = KERNEL_SAMPLERS[name]
+    params = sampler.make_params(2, {}, warmup=1000)
+    ends = preconditioning.learning_window_ends(params, 2)
+    assert ends == (625, 750, 875)
+    s = sampler.init(np.ones(2), params, seed=2, chain=0)
+    s, _ = sampler.tell(s, params, sampler.ask(s, params), -1.0)
+    changes = []
+    previous = None
+    while s.iteration < 1300:
+        proposal = sampler.ask(s, params)
+        s, _ = sampler.tell(
+            s, params, proposal, -0.5 * float(proposal.position @ proposal.position)
+        )
+        if s.preconditioner is not previous:
+            changes.append(s.iteration)
+            previous = s.preconditioner
+    assert changes == [500, *ends]
+
+
+def test_kmc_finite_carries_its_surrogate_over_to_a_new_map() -> None:
+    # The features are transformed so that the surrogate is the same function of the
+    # user's coordinates under the new map as under the old one.
+    from kameleon.core.score_matching import FiniteSurrogate, random_features
+
+    rng = np.random.default_rng(9)
+    old, new = _dense_preconditioner(3, rng), _dense_preconditioner(3, rng)
+    params = kmc_finite.make_params(3, {"num_features": 7}, warmup=100)
+    omega, phase = random_features(rng, 3, 7, 1.3)
+    theta = rng.standard_normal(7)
+    state = dataclasses.replace(
+        kmc_finite.init(np.zeros(3), params, seed=1, chain=0),
+        omega=frozen_array(omega),
+        phase=frozen_array(phase),
+        theta=frozen_array(theta),
+        preconditioner=new,
+    )
+    moved = kmc_finite._remap(state, params, old)
+    assert moved.omega is not None and moved.phase is not None
+    before = FiniteSurrogate(omega, phase, theta)
+    after = FiniteSurrogate(moved.omega, moved.phase, theta)
+    for x in rng.standard_normal((5, 3)) * 3:
+        assert after.logdensity(new.whiten(x)) == pytest.approx(
+            before.logdensity(old.whiten(x)), rel=1e-10, abs=1e-12
+        )

@@ -550,12 +550,14 @@ def sin(x: Any) -> FloatArray:
     with ``c = k pi/512`` from a table. About one unit in the last place for
     ``|x| < 2^20 pi/512``; beyond, deterministic but less accurate."""
     x = np.asarray(x, dtype=np.float64)
-    with np.errstate(invalid="ignore"):
+    # Past about 1e154 the reduction's square overflows: the result is NaN or infinite
+    # there (deterministic, and a proposal built on it is rejected), without a warning.
+    with np.errstate(invalid="ignore", over="ignore"):
         index, sin_r, cos_m1 = _reduce_pi(x)
-    s, c = _SIN_ARRAY[index], _COS_ARRAY[index]
-    out: FloatArray = s * cos_m1
-    out += c * sin_r
-    out += s
+        s, c = _SIN_ARRAY[index], _COS_ARRAY[index]
+        out: FloatArray = s * cos_m1
+        out += c * sin_r
+        out += s
     return out
 
 
@@ -563,10 +565,10 @@ def cos(x: Any) -> FloatArray:
     """``cos x`` elementwise: ``cos(c + r) = cos c + (cos c (cos r - 1) - sin c sin r)``
     (see :func:`sin`)."""
     x = np.asarray(x, dtype=np.float64)
-    with np.errstate(invalid="ignore"):
+    with np.errstate(invalid="ignore", over="ignore"):  # see sin
         index, sin_r, cos_m1 = _reduce_pi(x)
-    s, c = _SIN_ARRAY[index], _COS_ARRAY[index]
-    out: FloatArray = c * cos_m1
-    out -= s * sin_r
-    out += c
+        s, c = _SIN_ARRAY[index], _COS_ARRAY[index]
+        out: FloatArray = c * cos_m1
+        out -= s * sin_r
+        out += c
     return out

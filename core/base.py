@@ -275,7 +275,14 @@ def metropolis_ask(state: S, params: P, propose: Propose[S, P]) -> Proposal:
     position, log_correction = propose(
         state, params, generator(state.seed, state.chain, t, Stream.PROPOSE)
     )
-    return Proposal(t, "proposal", frozen_array(position), log_correction)
+    point = frozen_array(position)
+    if not np.isfinite(point).all():
+        # The proposal's arithmetic overflowed (a chain drifting far out on an improper
+        # target, an HMC trajectory blown up): propose staying put instead. Staying put
+        # leaves any target invariant, so the kernel (a mixture of the two, chosen by
+        # the overflow) does too; and no client is handed a point it cannot evaluate.
+        return Proposal(t, "proposal", state.position, 0.0)
+    return Proposal(t, "proposal", point, log_correction)
 
 
 def metropolis_tell(

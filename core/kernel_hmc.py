@@ -288,10 +288,13 @@ def leapfrog(
         The end ``(q*, p*)``, new arrays.
     """
     q = np.array(position, dtype=np.float64)
-    p = momentum + 0.5 * step_size * gradient(q)
-    for step in range(num_steps):
-        q += step_size * p
-        p += (step_size if step < num_steps - 1 else 0.5 * step_size) * gradient(q)
+    # A trajectory that overflows ends non-finite, and its proposal is replaced by
+    # staying put (core.base.metropolis_ask): no warning on the way.
+    with np.errstate(over="ignore", invalid="ignore"):
+        p = momentum + 0.5 * step_size * gradient(q)
+        for step in range(num_steps):
+            q += step_size * p
+            p += (step_size if step < num_steps - 1 else 0.5 * step_size) * gradient(q)
     return q, p
 
 
@@ -307,7 +310,6 @@ def ask(state: KMCState, params: KMCParams, surrogate: Surrogate | None) -> Prop
         num_steps = int(rng.integers(params.num_steps_min, params.num_steps_max + 1))
         jitter = params.step_size_jitter
         step_size = exp1(state.log_step_size) * rng.uniform(1.0 - jitter, 1.0 + jitter)
-        # The surrogate gradients are bounded, so the trajectory stays finite.
         q, p = leapfrog(state.position, p0, surrogate.gradient, step_size, num_steps)
         return q, 0.5 * (dot(p0, p0) - dot(p, p))
 

@@ -55,3 +55,22 @@ def test_kmc_lite_keeps_its_surrogate_when_a_refit_fails() -> None:
     with np.errstate(invalid="ignore", over="ignore"):
         after = kmc_lite._collect(state, params, 1.0)
     assert after.alpha is None and after.bandwidth is None  # still the random walk
+
+
+def test_a_proposal_whose_arithmetic_overflowed_stays_put() -> None:
+    # Staying put leaves any target invariant, and no client is handed a point with an
+    # infinity or a NaN in it (JSON has neither).
+    from kameleon.core.base import metropolis_ask, tell_initial
+    from kameleon.core.samplers import rwm
+
+    params = rwm.make_params(2, {}, warmup=10)
+    state = rwm.init(np.array([0.5, -1.0]), params, seed=1, chain=0)
+    state, _ = tell_initial(state, rwm.ask(state, params), -1.0)
+
+    def overflowing(state: object, params: object, rng: object) -> tuple[np.ndarray, float]:
+        return np.array([np.inf, 1.0]), float("nan")
+
+    proposal = metropolis_ask(state, params, overflowing)
+    assert proposal.kind == "proposal" and proposal.iteration == 1
+    assert np.array_equal(proposal.position, state.position)
+    assert proposal.log_correction == 0.0

@@ -23,7 +23,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -81,8 +81,10 @@ class Server:
         os.kill(self.proc.pid, sig)
 
 
-@pytest.fixture
-def server() -> Iterator[Server]:
+@contextmanager
+def private_server() -> Iterator[Server]:
+    """A Redis server of the test's own, to stall, kill and restart (a failure under
+    ``CI=true`` when there is no ``redis-server``, else a skip)."""
     binary = find_server_binary()
     if binary is None:
         if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
@@ -99,13 +101,26 @@ def server() -> Iterator[Server]:
                 srv.kill()
 
 
-@pytest.fixture
-def client(server: Server) -> Iterator[TestClient]:
-    store = RedisStore.from_url(server.url, prefix="faults", timeout=TIMEOUT)
-    with TestClient(create_app(Settings(), store=store), raise_server_exceptions=False) as c:
+@contextmanager
+def client_of(server: Server, settings: Settings, timeout: float) -> Iterator[TestClient]:
+    """A client of an app on ``server`` whose store gives up after ``timeout`` seconds."""
+    store = RedisStore.from_url(server.url, prefix="faults", timeout=timeout)
+    with TestClient(create_app(settings, store=store), raise_server_exceptions=False) as c:
         yield c
         assert c.portal is not None
         c.portal.call(store.close)
+
+
+@pytest.fixture
+def server() -> Iterator[Server]:
+    with private_server() as srv:
+        yield srv
+
+
+@pytest.fixture
+def client(server: Server) -> Iterator[TestClient]:
+    with client_of(server, Settings(), TIMEOUT) as c:
+        yield c
 
 
 @pytest.fixture

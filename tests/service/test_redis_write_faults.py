@@ -4,21 +4,15 @@ prescribes ends with exactly what one successful call would have done."""
 
 from __future__ import annotations
 
-import os
 import signal
-import tempfile
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
 
-from kameleon.service.app import create_app
 from kameleon.service.config import Settings
-from kameleon.service.store.redis_store import RedisStore
-from tests.redis_server import find_server_binary
-from tests.service.test_redis_faults import Server
+from tests.service.test_redis_faults import Server, client_of, private_server
 
 pytestmark = pytest.mark.slow
 
@@ -27,30 +21,14 @@ TIMEOUT = 1.0
 
 @pytest.fixture
 def server() -> Iterator[Server]:
-    binary = find_server_binary()
-    if binary is None:
-        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
-            pytest.fail("no redis-server")
-        pytest.skip("no redis-server")
-    with tempfile.TemporaryDirectory(prefix="kameleon-write-faults-") as tmp:
-        srv = Server(binary, Path(tmp))
-        srv.start()
-        try:
-            yield srv
-        finally:
-            if srv.proc is not None and srv.proc.poll() is None:
-                srv.signal(signal.SIGCONT)
-                srv.kill()
+    with private_server() as srv:
+        yield srv
 
 
 @pytest.fixture
 def client(server: Server) -> Iterator[TestClient]:
-    store = RedisStore.from_url(server.url, prefix="faults", timeout=TIMEOUT)
-    settings = Settings(max_sessions_per_key=2)
-    with TestClient(create_app(settings, store=store), raise_server_exceptions=False) as c:
+    with client_of(server, Settings(max_sessions_per_key=2), TIMEOUT) as c:
         yield c
-        assert c.portal is not None
-        c.portal.call(store.close)
 
 
 def _paused(server: Server, call: object) -> int:

@@ -19,25 +19,15 @@ import gc
 import tracemalloc
 
 from fastapi.testclient import TestClient
+from memory_soak import cycle as soak_cycle
 
 from kameleon.service.app import create_app
 from kameleon.service.config import Settings
 
 
 def cycle(client: TestClient, sessions: int, steps: int) -> None:
-    body = {"algorithm": "kameleon", "dim": 8, "chains": 8, "seed": 1, "warmup": 100}
-    sids = [client.post("/v1/sessions", json=body).json()["id"] for _ in range(sessions)]
-    for sid in sids:
-        answer = client.post(f"/v1/sessions/{sid}/ask", json={"max": 8}).json()
-        for _ in range(steps):
-            results = [
-                {"id": p["id"], "log_density": -0.5 * sum(v * v for v in p["x"])}
-                for p in answer["proposals"]
-            ]
-            answer = client.post(f"/v1/sessions/{sid}/step", json={"results": results}).json()
-        client.get(f"/v1/sessions/{sid}/diagnostics")
-        client.get(f"/v1/sessions/{sid}/draws")
-    for sid in sids:
+    """memory_soak's cycle of sessions (created, stepped, read), then their deletes."""
+    for sid in soak_cycle(client, sessions, steps):
         client.delete(f"/v1/sessions/{sid}")
 
 

@@ -15,9 +15,10 @@ from typing import Any
 
 from kameleon.service.ids import ProposalId, parse_id
 from kameleon.service.sessions.chains import Chains, ChainView, encode_state
-from kameleon.service.sessions.errors import Busy, Conflict, Invalid
+from kameleon.service.sessions.errors import Busy, Invalid
 from kameleon.service.sessions.meta import SessionMeta
 from kameleon.service.sessions.stepping import MAX_ATTEMPTS, iso, session_status
+from kameleon.service.sessions.told import conflict
 from kameleon.service.store.base import ChainUpdate, Store
 
 __all__ = ["set_leases"]
@@ -41,7 +42,7 @@ async def set_leases(
             if (why := _not_outstanding(meta, current.get(p.chain), p)) is not None
         ]
         if refused:
-            raise _conflict(refused)
+            raise conflict(refused)
         updates = [_rewrite(meta, current[c], seconds) for c in wanted]
         result = await store.apply(meta.id, updates)
         if result.conflicts:
@@ -100,11 +101,3 @@ def _rewrite(meta: SessionMeta, ch: ChainView, seconds: float) -> ChainUpdate:
     return ChainUpdate(
         ch.chain, ch.version, hot, True, init_value=ch.init_value, lease_seconds=seconds
     )
-
-
-def _conflict(refused: Sequence[tuple[str, str]]) -> Conflict:
-    errors = [{"id": i, "message": f"proposal {i} {why}"} for i, why in refused]
-    detail = errors[0]["message"]
-    if len(errors) > 1:
-        detail += f" (and {len(errors) - 1} more: see errors)"
-    return Conflict(detail, ids=[i for i, _ in refused], errors=errors)

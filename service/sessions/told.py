@@ -12,7 +12,7 @@ from kameleon.service.sessions.decide import Told
 from kameleon.service.sessions.errors import Conflict, Invalid
 from kameleon.service.sessions.meta import SessionMeta
 
-__all__ = ["Result", "parse", "refusal"]
+__all__ = ["Result", "conflict", "parse", "refusal"]
 
 
 class Result(Protocol):
@@ -36,7 +36,7 @@ def refusal(
     another value (the first stands), or not outstanding (never issued by its chain, or
     made obsolete by a reset)."""
     told = {t.at: t for ts in by_chain.values() for t in ts}
-    errors = []
+    reasons = []
     for at in refused:
         pid = told[at].pid
         state = current[pid.chain].state
@@ -48,11 +48,18 @@ def refusal(
             if answered
             else "is not outstanding: its chain never issued it, or a reset made it obsolete"
         )
-        errors.append({"id": ids[at], "message": f"proposal {ids[at]} {why}"})
+        reasons.append((ids[at], why))
+    return conflict(reasons)
+
+
+def conflict(refused: Sequence[tuple[str, str]]) -> Conflict:
+    """The 409 for proposal ids that cannot be used, each with why: one entry per id in
+    ``errors``, and the first in ``detail``."""
+    errors = [{"id": i, "message": f"proposal {i} {why}"} for i, why in refused]
     detail = errors[0]["message"]
     if len(errors) > 1:
         detail += f" (and {len(errors) - 1} more: see errors)"
-    return Conflict(detail, ids=[ids[at] for at in refused], errors=errors)
+    return Conflict(detail, ids=[i for i, _ in refused], errors=errors)
 
 
 def _same_value(a: float, b: float) -> bool:

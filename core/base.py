@@ -68,9 +68,11 @@ __all__ = [
     "OptionError",
     "Outcome",
     "Proposal",
+    "ProposalKind",
     "Propose",
     "Sampler",
     "StepInfo",
+    "TellGradient",
     "accept_or_reject",
     "check_tell",
     "frozen_array",
@@ -83,10 +85,15 @@ __all__ = [
     "parse_params",
     "reset",
     "tell_initial",
+    "tell_one",
 ]
 
 FloatArray = npt.NDArray[np.float64]
-Outcome = Literal["initialized", "outside_support", "accepted", "rejected"]
+Outcome = Literal["initialized", "outside_support", "accepted", "rejected", "step"]
+"""What a tell did: ``"step"`` is an intermediate evaluation of a transition that needs
+several (a leapfrog point of an HMC trajectory, a point of a gradient check): the chain
+made no transition and records no draw."""
+ProposalKind = Literal["init", "proposal", "leapfrog", "gradient_check"]
 
 
 def frozen_array(values: Any) -> FloatArray:
@@ -106,7 +113,10 @@ class Proposal:
         The iteration this proposal belongs to; 0 is the chain's initial point.
     kind
         ``"init"`` for the initial point, ``"proposal"`` for a Metropolis-Hastings
-        proposal.
+        proposal (the last evaluation of a transition); a transition that needs several
+        evaluations hands out the ones before its last as ``"leapfrog"`` (a point of a
+        Hamiltonian trajectory) or ``"gradient_check"`` (a point of the finite-difference
+        check of a told gradient).
     position
         The point, shape ``(dim,)``.
     log_correction
@@ -214,6 +224,11 @@ Adapt = Callable[[S, S, P, Proposal, StepInfo, float], S]
 of the accept stream for the adaptation coin."""
 
 
+TellGradient = Callable[[S, P, Proposal, float, FloatArray], tuple[S, StepInfo]]
+"""A gradient sampler's tell: ``tell_gradient(state, params, proposal, logdensity,
+gradient)``."""
+
+
 @dataclass(frozen=True, slots=True)
 class Evaluation:
     """What a told result must carry for a sampler, beside its log density.
@@ -221,8 +236,8 @@ class Evaluation:
     Attributes
     ----------
     gradient
-        The log density's gradient at the point (a gradient sampler's transitions use
-        it); the samplers of this version need none.
+        The log density's gradient at the point, which the sampler's transitions use:
+        its record then has ``tell_gradient``.
     """
 
     gradient: bool = False
@@ -251,6 +266,10 @@ class Sampler(Generic[S, P]):
         ``None``: each chain is told through ``tell``.
     evaluation
         What a told result must carry (:class:`Evaluation`).
+    tell_gradient
+        ``tell_gradient(state, params, proposal, logdensity, gradient)``: ``tell`` for a
+        sampler that needs the gradient at each point (``evaluation.gradient``), which
+        its ``tell`` then refuses to go without. :func:`tell_one` picks the one to call.
     """
 
     name: str
@@ -263,6 +282,25 @@ class Sampler(Generic[S, P]):
     chain_floats: Callable[[int, P], int]
     metropolis_adapt: Adapt[S, P] | None = None
     evaluation: Evaluation = Evaluation()
+    tell_gradient: TellGradient[S, P] | None = None
+
+
+
+def tell_one(
+    sampler: Sampler[S, P],
+    state: S,
+    params: P,
+    proposal: Proposal,
+    logdensity: float,
+    gradient: FloatArray | None = None,
+) -> tuple[S, StepInfo]:
+    """A told result given to ``sampler``: ``tell``, or ``tell_gradient`` with the
+    gradient for a sampler that needs one (a ``ValueError`` when it is missing)."""
+    if sampler.tell_gradient is None:
+        return sampler.tell(state, params, proposal, logdensity)
+    if gradient is None:
+        raise ValueError(f"{sampler.name} needs the gradient of the log density at every point")
+    return sampler.tell_gradient(state, params, proposal, logdensity, gradient)
 
 
 def metropolis_ask(state: S, params: P, propose: Propose[S, P]) -> Proposal:

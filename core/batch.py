@@ -38,6 +38,7 @@ from kameleon.core.base import (
     accept_or_reject,
     check_tell,
     tell_initial,
+    tell_one,
 )
 from kameleon.core.philox import uniforms
 from kameleon.core.rng import Stream, generator
@@ -59,13 +60,16 @@ def tell_many(
     logdensities: Sequence[float],
     *,
     accept: Sequence[Sequence[float]] | None = None,
+    gradients: Sequence[FloatArray | None] | None = None,
 ) -> list[tuple[Any, StepInfo]]:
     """``[sampler.tell(s, params, p, v) for s, p, v in zip(states, proposals,
     logdensities)]``, with the accept streams of every chain drawn at once.
 
     ``accept``: the two accept-stream uniforms of each chain told a proposal (not an
     initial point), in order, when the caller drew them already (:func:`accept_block`
-    draws many iterations' at once); else they are drawn here.
+    draws many iterations' at once); else they are drawn here. ``gradients``: the told
+    gradients, for a sampler that needs them (:func:`core.base.tell_one`), stepped
+    chain by chain.
 
     Raises
     ------
@@ -76,6 +80,12 @@ def tell_many(
     if not (len(states) == len(proposals) == len(logdensities)):
         raise ValueError("states, proposals and log densities must have the same length")
     adapt: Adapt[Any, Any] | None = sampler.metropolis_adapt
+    if sampler.tell_gradient is not None:
+        grads = gradients if gradients is not None else [None] * len(states)
+        return [
+            tell_one(sampler, s, params, p, float(v), g)
+            for s, p, v, g in zip(states, proposals, logdensities, grads, strict=True)
+        ]
     if adapt is None:
         tell = sampler.tell
         return [

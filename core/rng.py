@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["MAX_SEED", "Stream", "fresh_generator", "generator"]
+__all__ = ["MAX_SEED", "Stream", "fresh_generator", "generator", "substream"]
 
 MAX_SEED = 2**63 - 1
 
@@ -29,6 +29,15 @@ class Stream(IntEnum):
     SETUP = 3  # draws made once per chain (e.g. random Fourier features)
     INIT = 4  # starting points; the counter is the attempt, not the iteration
     MIX = 5  # which kernel of a mixture an iteration uses
+
+
+def substream(stream: Stream | int, step: int) -> int:
+    """The stream of ``stream``'s draws at the ``step``-th evaluation (from 0) of a
+    transition that needs several (a leapfrog point, a gradient check): independent of
+    every :class:`Stream` and of each other step's (a Philox counter word holds 64 bits)."""
+    if step < 0:
+        raise ValueError("step must be non-negative")
+    return int(stream) + 64 * (step + 1)
 
 
 _local = threading.local()
@@ -88,6 +97,8 @@ def generator(seed: int, chain: int, iteration: int, stream: Stream | int) -> np
     """
     if not (0 <= seed <= MAX_SEED and chain >= 0 and iteration >= 0 and stream >= 0):
         raise ValueError("seed, chain, iteration and stream must be non-negative")
+    if stream >= 64:  # a substream: one generator kept per stream would grow without bound
+        return fresh_generator(seed, chain, iteration, stream)
     return _reusable(int(stream)).reset(seed, chain, iteration, int(stream))
 
 

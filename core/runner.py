@@ -10,13 +10,15 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from kameleon.core.base import FloatArray, Sampler, StepInfo, frozen_array
+from kameleon.core.base import FloatArray, Sampler, StepInfo, frozen_array, tell_one
 from kameleon.core.batch import accept_block, ask_many, tell_many
 from kameleon.core.initial import DEFAULT_MAX_ATTEMPTS, initial_point, redraw, start_radius
 
 __all__ = ["ChainResult", "EvaluateMany", "LogDensityFn", "Runner", "advance_together"]
 
-LogDensityFn = Callable[[FloatArray], float]
+LogDensityFn = Callable[[FloatArray], Any]
+"""The log density at a point, a float; for a sampler that needs gradients
+(:class:`core.base.Evaluation`), the pair ``(log density, gradient)``."""
 #: Evaluates the log density at every chain's proposal of one iteration at once (in
 #: parallel, or in one vectorised call); the values in the order of the points.
 EvaluateMany = Callable[[list[FloatArray]], list[float]]
@@ -83,8 +85,8 @@ class Runner:
         state = sampler.init(start, params, seed=seed, chain=chain)
         while True:
             proposal = sampler.ask(state, params)
-            logdensity_0 = float(logdensity_fn(proposal.position))
-            state, info = sampler.tell(state, params, proposal, logdensity_0)
+            logdensity_0, gradient_0 = evaluate(sampler, logdensity_fn, proposal.position)
+            state, info = tell_one(sampler, state, params, proposal, logdensity_0, gradient_0)
             if info.outcome != "outside_support":
                 break
             state = redraw(state, center=center, radius=radius, max_attempts=max_initial_attempts)
@@ -142,6 +144,10 @@ def advance_together(runners: Sequence[Runner], transitions: int) -> None:
     chain completed, and the interruption goes on up."""
     if not runners:
         return
+    if runners[0].sampler.tell_gradient is not None:
+        for runner in runners:
+            _advance_with_gradients(runner, transitions)
+        return
     sampler, params, fn = runners[0].sampler, runners[0].params, runners[0].logdensity_fn
     many = runners[0].evaluate_many
     states = [r.state for r in runners]
@@ -175,3 +181,42 @@ def advance_together(runners: Sequence[Runner], transitions: int) -> None:
         for runner, state in zip(runners, states, strict=True):
             runner.state = state
             runner.n += done
+
+
+def evaluate(
+    sampler: Sampler[Any, Any], fn: LogDensityFn, x: FloatArray
+) -> tuple[float, FloatArray | None]:
+    """``fn`` at ``x``: the log density, and the gradient for a sampler that needs one
+    (``fn`` then returns the pair)."""
+    if sampler.tell_gradient is None:
+        return float(fn(x)), None
+    out = fn(x)
+    if not (isinstance(out, tuple) and len(out) == 2):
+        raise TypeError(
+            f"{sampler.name} needs the gradient: the log density function must return the "
+            "pair (log density, gradient)"
+        )
+    value, gradient = out
+    return float(value), np.asarray(gradient, dtype=np.float64)
+
+
+def _advance_with_gradients(runner: Runner, transitions: int) -> None:
+    """:func:`advance_together` for one chain of a sampler whose transitions need
+    several evaluations with gradients: every evaluation in turn, a draw recorded at
+    the end of each transition."""
+    sampler, params, fn = runner.sampler, runner.params, runner.logdensity_fn
+    state = runner.state
+    done = 0
+    try:
+        while done < transitions:
+            proposal = sampler.ask(state, params)
+            value, gradient = evaluate(sampler, fn, proposal.position)
+            state, info = tell_one(sampler, state, params, proposal, value, gradient)
+            if info.outcome != "step":
+                runner.record(runner.n + done, value, state, info)
+                done += 1
+    finally:
+        # Interrupted mid-transition, the state holds the evaluations told so far: the
+        # next ask goes on from there.
+        runner.state = state
+        runner.n += done

@@ -285,7 +285,6 @@ class Sampler(Generic[S, P]):
     tell_gradient: TellGradient[S, P] | None = None
 
 
-
 def tell_one(
     sampler: Sampler[S, P],
     state: S,

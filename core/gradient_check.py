@@ -25,6 +25,7 @@ current gradient (``gradient``) and evaluations told in the current transition
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 from dataclasses import dataclass
@@ -159,13 +160,4 @@ def _next(check: Check, dim: int) -> Check:
 
 
 def _replace(check: Check, **changes: Any) -> Check:
-    fields = {
-        "pending": check.pending,
-        "coordinate": check.coordinate,
-        "level": check.level,
-        "plus": check.plus,
-        "previous": check.previous,
-        "unchecked": check.unchecked,
-    }
-    fields.update(changes)
-    return Check(**fields)
+    return dataclasses.replace(check, **changes)

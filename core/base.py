@@ -123,12 +123,17 @@ class Proposal:
         Everything in the log acceptance ratio that is not the target: for an
         asymmetric proposal ``log q(x | x*) - log q(x* | x)``, for HMC the change in
         the momentum's log density. Zero for symmetric proposals.
+    step
+        The evaluation's place in its transition, from 0: a transition's evaluations
+        are handed out one at a time, each after the one before it is told. 0 for every
+        proposal of a sampler that evaluates once per transition.
     """
 
     iteration: int
-    kind: Literal["init", "proposal"]
+    kind: ProposalKind
     position: FloatArray
     log_correction: float = 0.0
+    step: int = 0
 
 
 @dataclass(frozen=True, slots=True)

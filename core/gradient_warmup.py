@@ -22,8 +22,10 @@ swamp a posterior whose scales are ``1e-4``.
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -35,7 +37,9 @@ __all__ = [
     "DualAveraging",
     "initial_step_size",
     "metric_window_ends",
+    "metric_window_start",
     "regularized_metric",
+    "warmup_changes",
 ]
 
 #: Stan's dual-averaging constants.
@@ -107,16 +111,27 @@ def initial_step_size(gradient: FloatArray, metric: FloatArray) -> float:
     return min(1e3, max(1e-8, 1.0 / scaled)) if scaled < 1e300 else 1e-8
 
 
-def metric_window_ends(warmup: int) -> tuple[int, ...]:
-    """The warm-up iterations at whose end the metric is re-estimated (Stan's slow
-    windows): empty when the warm-up is too short to estimate anything (under 20)."""
-    if warmup < 20:
-        return ()
+def _buffers(warmup: int) -> tuple[int, int, int]:
     init_buffer, term_buffer, base = 75, 50, 25
     if init_buffer + term_buffer + base > warmup:
         init_buffer = int(0.15 * warmup)
         term_buffer = int(0.1 * warmup)
         base = warmup - init_buffer - term_buffer
+    return init_buffer, term_buffer, base
+
+
+def metric_window_start(warmup: int) -> int:
+    """The iteration after which the first metric window collects positions."""
+    return _buffers(warmup)[0]
+
+
+@functools.lru_cache(maxsize=256)
+def metric_window_ends(warmup: int) -> tuple[int, ...]:
+    """The warm-up iterations at whose end the metric is re-estimated (Stan's slow
+    windows): empty when the warm-up is too short to estimate anything (under 20)."""
+    if warmup < 20:
+        return ()
+    init_buffer, term_buffer, base = _buffers(warmup)
     last = warmup - term_buffer
     ends: list[int] = []
     start, size = init_buffer, base
@@ -155,3 +170,41 @@ def regularized_metric(estimate: Welford, dense: bool) -> FloatArray | None:
     except np.linalg.LinAlgError:
         return frozen_array(np.diag(var))
     return frozen_array(shrunk)
+
+
+def warmup_changes(new: Any, params: Any, acceptance: float, t: int) -> dict[str, Any]:
+    """The warm-up's changes to a gradient sampler's state ``new`` after transition
+    ``t`` with acceptance statistic ``acceptance`` (nothing after warm-up).
+
+    The state has ``adapt`` (:class:`DualAveraging`), ``step_size``, ``metric`` (the
+    inverse metric, a vector or a matrix) and ``window`` (a :class:`Welford` of the
+    current window's positions); the params ``warmup``, ``target_acceptance``,
+    ``adapt_step_size``, ``adapt_metric`` and ``metric`` (``"diag"``, ``"dense"`` or
+    ``"unit"``).
+    """
+    if t > params.warmup:
+        return {}
+    adapt = new.adapt
+    step_size = new.step_size
+    if params.adapt_step_size:
+        adapt = adapt.update(acceptance, params.target_acceptance)
+        step_size = math.exp(adapt.log_step)
+    changes: dict[str, Any] = {}
+    ends = metric_window_ends(params.warmup)
+    if params.adapt_metric and params.metric != "unit" and ends:
+        window = new.window
+        if metric_window_start(params.warmup) < t <= ends[-1]:
+            window = window.update(new.position)
+        if t in ends:
+            metric = regularized_metric(window, params.metric == "dense")
+            if metric is not None:
+                changes["metric"] = metric
+            window = Welford.empty(new.position.size)
+            if params.adapt_step_size:
+                adapt = DualAveraging.start(step_size)
+        changes["window"] = window
+    if params.adapt_step_size and t == params.warmup:
+        step_size = adapt.final()
+    changes["adapt"] = adapt
+    changes["step_size"] = step_size
+    return changes

@@ -45,6 +45,8 @@ RTOL = 1e-3
 #: Relative disagreement of converged differences that declares a gradient wrong.
 WRONG = 0.1
 _EPS = sys.float_info.epsilon
+#: ``10^-level`` as literals (a power is the C library's, which may differ by CPU).
+_SHRINK = (1.0, 1e-1, 1e-2, 1e-3)
 
 
 class GradientMismatch(ValueError):
@@ -84,7 +86,7 @@ def start_check(chain: int, chains_checked: int) -> Check:
 
 
 def _h(x: float, level: int) -> float:
-    return 1e-3 * max(abs(x), 1e-3) * 10.0**-level
+    return 1e-3 * max(abs(x), 1e-3) * _SHRINK[level]
 
 
 def _point(state: Any, check: Check, sign: float) -> Any:

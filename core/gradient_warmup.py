@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from kameleon.core.adaptation import MAX_VARIANCE
+from kameleon.core.arithmetic import cholesky, dot, exp1, log1, matvec, pow1
 from kameleon.core.base import FloatArray, frozen_array
 from kameleon.core.serialization import register
 
@@ -78,8 +79,8 @@ class DualAveraging:
 
     @staticmethod
     def start(step_size: float) -> DualAveraging:
-        log_step = math.log(step_size)
-        return DualAveraging(log_step, 0.0, 0.0, 0, math.log(10.0) + log_step)
+        log_step = log1(step_size)
+        return DualAveraging(log_step, 0.0, 0.0, 0, log1(10.0) + log_step)
 
     def update(self, acceptance: float, target: float) -> DualAveraging:
         """One update with a transition's acceptance statistic (clipped to [0, 1]; a
@@ -90,14 +91,14 @@ class DualAveraging:
         h_bar = (1.0 - w) * self.h_bar + w * (target - a)
         log_step = self.mu - math.sqrt(m) / GAMMA * h_bar
         log_step = min(50.0, max(-50.0, log_step))
-        eta = m**-KAPPA
+        eta = pow1(m, -KAPPA)
         log_step_bar = eta * log_step + (1.0 - eta) * self.log_step_bar
         return DualAveraging(log_step, log_step_bar, h_bar, m, self.mu)
 
     def final(self) -> float:
         """The step size after warm-up: the iterate average (the current step when
         nothing was averaged yet)."""
-        return math.exp(self.log_step_bar if self.count else self.log_step)
+        return exp1(self.log_step_bar if self.count else self.log_step)
 
 
 def initial_step_size(gradient: FloatArray, metric: FloatArray) -> float:
@@ -106,11 +107,9 @@ def initial_step_size(gradient: FloatArray, metric: FloatArray) -> float:
     ``1 / r``), 1 where the gradient vanishes or is not finite. Dual averaging corrects
     it within tens of iterations; this only saves those when the scale is far from 1."""
     g = np.asarray(gradient, dtype=np.float64)
-    scaled = (
-        math.sqrt(float(g @ metric @ g))
-        if metric.ndim == 2
-        else math.sqrt(float(np.sum(metric * g * g)))
-    )
+    with np.errstate(over="ignore", invalid="ignore"):
+        square = dot(g, matvec(metric, g)) if metric.ndim == 2 else float(np.sum(metric * g * g))
+    scaled = math.sqrt(square) if square >= 0.0 else math.nan  # NaN: not finite
     if not math.isfinite(scaled) or scaled <= 0.0:
         return 1.0
     return min(1e3, max(1e-8, 1.0 / scaled)) if scaled < 1e300 else 1e-8
@@ -219,7 +218,7 @@ class MetricWindow:
         scale = np.sqrt(diag)
         dense = corr * np.outer(scale, scale)
         try:
-            np.linalg.cholesky(dense)
+            cholesky(dense)
         except np.linalg.LinAlgError:
             return frozen_array(np.diag(diag))
         return frozen_array(dense)
@@ -241,7 +240,7 @@ def warmup_changes(new: Any, params: Any, acceptance: float, t: int) -> dict[str
     step_size = new.step_size
     if params.adapt_step_size:
         adapt = adapt.update(acceptance, params.target_acceptance)
-        step_size = math.exp(adapt.log_step)
+        step_size = exp1(adapt.log_step)
     changes: dict[str, Any] = {}
     ends = metric_window_ends(params.warmup)
     if params.adapt_metric and params.metric != "unit" and ends:

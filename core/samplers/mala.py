@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from kameleon.core.arithmetic import cholesky, dot, matvec, solve_lower
 from kameleon.core.base import (
     ChainState,
     Evaluation,
@@ -148,13 +149,13 @@ def init(position: Any, params: Params, *, seed: int, chain: int) -> State:
 
 def _factor(metric: FloatArray) -> FloatArray:
     """``M^(1/2)``: the square roots of a diagonal, the Cholesky factor of a matrix."""
-    return frozen_array(np.sqrt(metric) if metric.ndim == 1 else np.linalg.cholesky(metric))
+    return frozen_array(np.sqrt(metric) if metric.ndim == 1 else cholesky(metric))
 
 
 def _drift(state: State, x: FloatArray, gradient: FloatArray) -> FloatArray:
     m = state.metric
-    mg = m * gradient if m.ndim == 1 else m @ gradient
-    return x + 0.5 * state.step_size**2 * mg
+    mg = m * gradient if m.ndim == 1 else matvec(m, gradient)
+    return x + 0.5 * (state.step_size * state.step_size) * mg
 
 
 def _log_q(state: State, to: FloatArray, frm: FloatArray, gradient: FloatArray) -> float:
@@ -164,9 +165,9 @@ def _log_q(state: State, to: FloatArray, frm: FloatArray, gradient: FloatArray) 
     if m.ndim == 1:
         quad = float(np.sum(r * r / m))
     else:
-        w = np.linalg.solve(np.linalg.cholesky(m), r)
-        quad = float(w @ w)
-    return -quad / (2.0 * state.step_size**2)
+        w = solve_lower(cholesky(m), r)
+        quad = dot(w, w)
+    return -quad / (2.0 * state.step_size * state.step_size)
 
 
 def ask(state: State, params: Params) -> Proposal:
@@ -178,7 +179,8 @@ def ask(state: State, params: Params) -> Proposal:
     t = state.iteration + 1
     z = generator(state.seed, state.chain, t, Stream.PROPOSE).standard_normal(params.dim)
     with np.errstate(over="ignore", invalid="ignore"):
-        noise = _factor(state.metric) * z if state.metric.ndim == 1 else _factor(state.metric) @ z
+        factor = _factor(state.metric)
+        noise = factor * z if state.metric.ndim == 1 else matvec(factor, z)
         point = frozen_array(
             _drift(state, state.position, state.gradient) + state.step_size * noise
         )
@@ -269,7 +271,10 @@ def _tell_initial(
 
 def chain_floats(dim: int, params: Params) -> int:
     """The floats one chain keeps and works with, at most (:mod:`core.memory`)."""
-    return 16 * dim + (3 * dim * dim if params.metric == "dense" else 0)
+    # The vectors (position, gradient, the window's four, the proposal and its
+    # temporaries), the matrices of a dense metric (metric, factor, window), and about
+    # 40 floats' worth of scalars and field names in the stored document.
+    return 40 + 16 * dim + (3 * dim * dim if params.metric == "dense" else 0)
 
 
 #: The sampler as the registry (:data:`core.SAMPLERS`) knows it.

@@ -7,6 +7,7 @@ it."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 from collections.abc import Callable
@@ -20,6 +21,7 @@ from kameleon.core.base import Proposal, frozen_array, metropolis_accept
 from kameleon.core.checks import DRIFT_MAGNITUDE, Finding, check
 from kameleon.core.run import sample_chains
 from kameleon.core.samplers import am
+from tests.core.evaluations import tell
 
 ALGORITHMS = sorted(SAMPLERS)
 BIG = 1.7e308
@@ -58,7 +60,7 @@ def drive(
             value = told(t, proposal)
             if proposal.kind == "init" and value == -math.inf:
                 value = 0.0
-            state, _ = sampler.tell(state, params, proposal, value)
+            state, _ = tell(sampler, state, params, proposal, value)  # gradients: zeros
             positions.append(state.position)
     return np.array(positions)
 
@@ -67,7 +69,12 @@ def drive(
 @pytest.mark.parametrize("algorithm", ALGORITHMS)
 @pytest.mark.parametrize("kind", sorted(TOLD))
 def test_no_told_value_makes_a_sampler_raise_or_overflow(algorithm: str, kind: str) -> None:
-    for options, start in (({}, 0.0), ({"adaptation": "diminishing"}, -1e300)):
+    fields = {f.name for f in dataclasses.fields(SAMPLERS[algorithm].Params)}
+    # A gradient sampler is told zero gradients, which its check would rightly refuse
+    # (tests/core/test_mala.py): here only the arithmetic is on trial.
+    base: dict[str, object] = {"gradient_check": 0} if "gradient_check" in fields else {}
+    later = {"adaptation": "diminishing"} if "adaptation" in fields else {}
+    for options, start in ((base, 0.0), ({**base, **later}, -1e300)):
         positions = drive(algorithm, TOLD[kind], options, start)
         assert np.all(np.isfinite(positions))
 

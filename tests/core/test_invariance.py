@@ -29,6 +29,7 @@ from kameleon.core import SAMPLERS
 from kameleon.core.diagnostics import ess_mean, per_parameter
 from kameleon.core.run import run_chain
 from kameleon.core.targets import Banana, Gaussian
+from tests.core.evaluations import for_sampler
 
 pytestmark = pytest.mark.slow  # statistical: long chains of every sampler
 
@@ -56,6 +57,7 @@ RUNS = {
     "kameleon": (8, 1000, 800),
     "kmc-lite": (8, 1000, 1000),
     "kmc-finite": (4, 1000, 1000),
+    "mala": (8, 1000, 2500),
 }
 DEFAULT_RUN = (4, 500, 1000)
 
@@ -66,8 +68,9 @@ def _draws(name: str, target: Gaussian | Banana) -> np.ndarray:
     chains, warmup, n = RUNS.get(name, DEFAULT_RUN)
     params = sampler.make_params(target.dim, {}, warmup=warmup)
     starts = target.sample(chains, np.random.default_rng(SEED))
+    fn = for_sampler(sampler, target.logdensity)  # with its gradient, for one that needs it
     runs = [
-        run_chain(sampler, params, target.logdensity, starts[c], warmup + n, seed=SEED, chain=c)
+        run_chain(sampler, params, fn, starts[c], warmup + n, seed=SEED, chain=c)
         for c in range(chains)
     ]
     return np.stack([run.draws[warmup:] for run in runs])

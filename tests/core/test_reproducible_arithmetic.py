@@ -33,6 +33,7 @@ OPTIONS: dict[str, dict[str, Any]] = {
     "kameleon": {"subsample_size": 60},
     "kmc-lite": {"num_centres": 60, "min_history": 20, "update_every": 15},
     "kmc-finite": {"num_features": 40, "min_history": 20, "update_every": 10},
+    "mala": {"metric": "dense"},
 }
 DIM, WARMUP, ITERATIONS, CHAINS = 3, 200, 300, 2
 
@@ -40,11 +41,16 @@ SCRIPT = """
 import hashlib, json, sys
 import numpy as np
 from kameleon.core import SAMPLERS
+from kameleon.core.base import tell_one
 
 options, dim, warmup, iterations, chains = json.loads(sys.argv[1])
 
 def banana(x):
     return -0.5 * float(x[0] * x[0] / 4 + (x[1] + 0.3 * x[0] * x[0] - 1.2) ** 2 + x[2] * x[2])
+
+def gradient(x):
+    bend = x[1] + 0.3 * x[0] * x[0] - 1.2
+    return np.array([-x[0] / 4 - 0.6 * x[0] * bend, -bend, -x[2]])
 
 out = {}
 for name, opts in options.items():
@@ -56,7 +62,10 @@ for name, opts in options.items():
         state = sampler.init(np.full(dim, 0.5), params, seed=11, chain=chain)
         while state.iteration < iterations:
             proposal = sampler.ask(state, params)
-            state, _ = sampler.tell(state, params, proposal, banana(proposal.position))
+            state, _ = tell_one(
+                sampler, state, params, proposal, banana(proposal.position),
+                gradient(proposal.position),
+            )
             digest.update(state.position.tobytes())
             digest.update(proposal.position.tobytes())
         kernel = kernel and getattr(state, "bandwidth", 1.0) is not None

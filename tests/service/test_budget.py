@@ -29,6 +29,7 @@ FILLED = {
     "kameleon": {"subsample_size": 50},
     "kmc-lite": {"num_centres": 50, "update_every": 20, "min_history": 20},
     "kmc-finite": {"num_features": 50},
+    "mala": {"metric": "dense"},
 }
 
 
@@ -41,8 +42,13 @@ async def _stored_bytes(algorithm: str, dim: int) -> tuple[int, int]:
     sid = (await sessions.create(body, ""))["id"]
     proposals = (await sessions.ask(sid, "", 1, None))["proposals"]
     for _ in range(400):
-        results = [
-            TellResult(id=p["id"], log_density=-0.5 * sum(v * v for v in p["x"])) for p in proposals
+        results = [  # with the gradient, which a sampler without gradients ignores
+            TellResult(
+                id=p["id"],
+                log_density=-0.5 * sum(v * v for v in p["x"]),
+                gradient=[-v for v in p["x"]],
+            )
+            for p in proposals
         ]
         proposals = (await sessions.step(sid, "", results, 1, None))["proposals"]
     (record,) = await sessions.store.load_chains(sid, [0])

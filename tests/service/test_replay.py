@@ -41,6 +41,21 @@ def logdensity(x: Any) -> float:
     return -0.5 * (v[0] ** 2 / 4 + (v[1] - 0.3 * v[0] ** 2) ** 2 + v[2] ** 2 + v[3] ** 2)
 
 
+def gradient(x: Any) -> list[float]:
+    """``logdensity``'s gradient (told to every sampler; those without gradients ignore
+    it)."""
+    v = np.asarray(x, dtype=np.float64)
+    bend = v[1] - 0.3 * v[0] ** 2
+    return [-v[0] / 4 + 0.6 * v[0] * bend, -bend, -v[2], -v[3]]
+
+
+def _evaluate(algorithm: str) -> Callable[[Any], Any]:
+    """The log density as ``algorithm`` needs it: with its gradient, or alone."""
+    if SAMPLERS[algorithm].evaluation.gradient:
+        return lambda x: (logdensity(x), np.array(gradient(x)))
+    return logdensity
+
+
 def _json(value: float) -> float | None:
     return None if value == -math.inf else value
 
@@ -48,7 +63,7 @@ def _json(value: float) -> float | None:
 def in_process(algorithm: str) -> np.ndarray:
     with threadpool_limits(limits=2, user_api="blas"):  # run_chain must not care
         return sample(
-            logdensity,
+            _evaluate(algorithm),
             DIM,
             algorithm=algorithm,
             chains=CHAINS,
@@ -74,7 +89,8 @@ def served(posts: list[Post], get: Callable[[str], httpx.Response], algorithm: s
     turn = 0
     while answer["proposals"]:
         results = [
-            {"id": p["id"], "log_density": _json(logdensity(p["x"]))} for p in answer["proposals"]
+            {"id": p["id"], "log_density": _json(logdensity(p["x"])), "gradient": gradient(p["x"])}
+            for p in answer["proposals"]
         ]
         turn += 1
         answer = posts[turn % len(posts)](
@@ -98,7 +114,7 @@ def _poster(client: Any) -> Post:
 @pytest.mark.parametrize("algorithm", sorted(SAMPLERS))
 def test_in_process_draws_do_not_depend_on_blas_threads(algorithm: str) -> None:
     one = sample(
-        logdensity,
+        _evaluate(algorithm),
         DIM,
         algorithm=algorithm,
         chains=CHAINS,

@@ -85,7 +85,9 @@ class Params:
         Leapfrog steps per transition (default 16).
     step_jitter
         Each transition's step size is the adapted one times a uniform factor in
-        ``[1 - step_jitter, 1 + step_jitter]`` (default 0.1; 0 for none).
+        ``[1 - step_jitter, 1 + step_jitter]`` (default 0.5; 0 for none): a fixed
+        integration time resonates with the target (on a Gaussian, 0.1 gave 8 times
+        fewer effective draws per gradient than 0.5).
     step_size
         Initial step size; default from the gradient at the initial point.
     target_acceptance
@@ -104,7 +106,7 @@ class Params:
     dim: int
     warmup: int
     num_steps: int = 16
-    step_jitter: float = 0.1
+    step_jitter: float = 0.5
     step_size: float | None = None
     target_acceptance: float = 0.8
     adapt_step_size: bool = True

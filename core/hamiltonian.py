@@ -20,20 +20,25 @@ All arithmetic goes through :mod:`core.arithmetic` (the same bits on every CPU).
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 
-from kameleon.core.arithmetic import cholesky, dot, matvec, solve_upper
-from kameleon.core.base import FloatArray
+from kameleon.core.arithmetic import cholesky, dot, exp1, log1, matvec, solve_upper
+from kameleon.core.base import FloatArray, StepInfo, frozen_array
+from kameleon.core.gradient_warmup import DualAveraging, initial_step_size
 
 __all__ = [
     "DIVERGENCE",
     "check_gradient",
     "draw_momentum",
+    "initial_metric",
     "is_turning",
     "kinetic_energy",
     "leapfrog_momentum",
     "leapfrog_position",
+    "log_add_exp",
+    "tell_initial_gradient",
     "velocity",
 ]
 
@@ -125,3 +130,43 @@ def check_gradient(name: str, logdensity: float, gradient: object, dim: int) -> 
             "the log density is"
         )
     return g
+
+
+def initial_metric(dim: int, kind: str) -> FloatArray:
+    """The inverse metric before any is estimated: the identity."""
+    return frozen_array(np.eye(dim) if kind == "dense" else np.ones(dim))
+
+
+def tell_initial_gradient(
+    state: Any, params: Any, logdensity: float, gradient: FloatArray, **restart: Any
+) -> tuple[Any, StepInfo]:
+    """The initial point's tell for a gradient sampler: a finite log density sets the
+    log density, the gradient (and the first step size, unless given); ``-inf`` leaves
+    the chain waiting for a new initial point. ``restart``: the sampler's fields of a
+    trajectory in progress, as at a transition's start."""
+    evaluations = state.evaluations + 1
+    if logdensity == -math.inf:
+        return state.evolve(evaluations=evaluations), StepInfo(
+            state.iteration, "outside_support", 0.0, True
+        )
+    changes: dict[str, Any] = {}
+    if params.step_size is None:
+        step_size = initial_step_size(gradient, state.metric)
+        changes = {"step_size": step_size, "adapt": DualAveraging.start(step_size)}
+    new = state.evolve(
+        logdensity=float(logdensity),
+        gradient=frozen_array(gradient),
+        evaluations=evaluations,
+        step=0,
+        **restart,
+        **changes,
+    )
+    return new, StepInfo(state.iteration, "initialized", 1.0, True)
+
+
+def log_add_exp(a: float, b: float) -> float:
+    """``log(exp(a) + exp(b))`` with :func:`core.arithmetic.exp1` and ``log1``."""
+    high, low = (a, b) if a >= b else (b, a)
+    if low == -math.inf:
+        return high
+    return high + log1(1.0 + exp1(low - high))

@@ -47,14 +47,16 @@ from kameleon.core.base import (
     params_parser,
 )
 from kameleon.core.gradient_check import Check, check_ask, check_tell, start_check
-from kameleon.core.gradient_warmup import DualAveraging, initial_step_size, warmup_changes
+from kameleon.core.gradient_warmup import DualAveraging, warmup_changes
 from kameleon.core.hamiltonian import (
     DIVERGENCE,
     check_gradient,
     draw_momentum,
+    initial_metric,
     kinetic_energy,
     leapfrog_momentum,
     leapfrog_position,
+    tell_initial_gradient,
 )
 from kameleon.core.rng import Stream, generator
 from kameleon.core.serialization import register
@@ -203,11 +205,6 @@ def init(position: Any, params: Params, *, seed: int, chain: int) -> State:
     )
 
 
-def initial_metric(dim: int, kind: str) -> FloatArray:
-    """The inverse metric before any is estimated: the identity."""
-    return frozen_array(np.eye(dim) if kind == "dense" else np.ones(dim))
-
-
 def _step_size(state: State, params: Params, t: int) -> float:
     if params.step_jitter == 0.0:
         return state.step_size
@@ -264,7 +261,7 @@ def tell_gradient(
     if state.logdensity is None:
         if proposal.kind != "init" or proposal.iteration != state.iteration:
             raise ValueError("proposal does not belong to this state")
-        return tell_initial_gradient(state, params, logdensity, g)
+        return tell_initial_gradient(state, params, logdensity, g, leapfrog=0)
     t = state.iteration + 1
     if (
         state.check.pending
@@ -348,32 +345,6 @@ def _end(
     new = new.evolve(**warmup_changes(new, params, prob, t))
     outcome: Literal["accepted", "rejected"] = "accepted" if moved is not None else "rejected"
     return new, StepInfo(t, outcome, prob, t <= params.warmup)
-
-
-def tell_initial_gradient(
-    state: Any, params: Any, logdensity: float, gradient: FloatArray
-) -> tuple[Any, StepInfo]:
-    """The initial point's tell for a gradient sampler: a finite log density sets the
-    log density, the gradient (and the first step size, unless given); ``-inf`` leaves
-    the chain waiting for a new initial point."""
-    evaluations = state.evaluations + 1
-    if logdensity == -math.inf:
-        return state.evolve(evaluations=evaluations), StepInfo(
-            state.iteration, "outside_support", 0.0, True
-        )
-    changes: dict[str, Any] = {}
-    if params.step_size is None:
-        step_size = initial_step_size(gradient, state.metric)
-        changes = {"step_size": step_size, "adapt": DualAveraging.start(step_size)}
-    new = state.evolve(
-        logdensity=float(logdensity),
-        gradient=frozen_array(gradient),
-        evaluations=evaluations,
-        step=0,
-        leapfrog=0,
-        **changes,
-    )
-    return new, StepInfo(state.iteration, "initialized", 1.0, True)
 
 
 def chain_floats(dim: int, params: Params) -> int:

@@ -9,13 +9,20 @@ from __future__ import annotations
 from typing import Any
 
 from kameleon.core.base import Sampler
-from kameleon.core.samplers import am, kameleon, kmc_finite, kmc_lite, rwm
+from kameleon.core.samplers import am, kameleon, kmc_finite, kmc_lite, mala, rwm
 
 __all__ = ["DEFAULT_ALGORITHM", "SAMPLERS"]
 
 SAMPLERS: dict[str, Sampler[Any, Any]] = {
     s.name: s
-    for s in (rwm.SAMPLER, am.SAMPLER, kameleon.SAMPLER, kmc_lite.SAMPLER, kmc_finite.SAMPLER)
+    for s in (
+        rwm.SAMPLER,
+        am.SAMPLER,
+        kameleon.SAMPLER,
+        kmc_lite.SAMPLER,
+        kmc_finite.SAMPLER,
+        mala.SAMPLER,
+    )
 }
 
 #: What a user gets without choosing: the sampler right on the most targets of the

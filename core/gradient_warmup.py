@@ -7,17 +7,22 @@ Step size
     Stan's (``gamma = 0.05``, ``t0 = 10``, ``kappa = 0.75``, ``mu = log(10 eps0)``).
 Metric
     The inverse metric (the mass matrix's inverse: the proposal's covariance shape) is
-    estimated from the chain's positions in windows, Stan's "slow" windows: a first
-    buffer of 75 iterations where only the step size adapts, windows of 25, 50, 100, ...
-    iterations (the last stretched to the end of the slow phase), then a last buffer of
-    50 where the step size settles on the final metric. At each window's end the metric
-    becomes the window's covariance (its diagonal by default) and the step size's dual
-    averaging starts again. For short warm-ups the buffers shrink to 15 % and 10 % of it,
-    as in Stan.
+    estimated in windows, Stan's "slow" windows: a first buffer of 75 iterations where
+    only the step size adapts, windows of 25, 50, 100, ... iterations (the last
+    stretched to the end of the slow phase), then a last buffer of 50 where the step
+    size settles on the final metric. At each window's end the metric is estimated from
+    the window's states (:class:`MetricWindow`) and the step size's dual averaging
+    starts again. For short warm-ups the buffers shrink to 15 % and 10 % of it, as in
+    Stan.
 
-Unlike Stan's, the regularisation of a dense estimate shrinks toward its own diagonal,
-not toward ``1e-3 I``: a target in any units gets the same shape, where ``1e-3`` would
-swamp a posterior whose scales are ``1e-4``.
+Unlike Stan's, the diagonal is estimated from the positions *and the gradients* of the
+window, ``m_i = sqrt(var(x_i) / var(g_i))`` (as nutpie does; Seyboldt 2023): for a
+Gaussian it is the variance ``s_i^2`` exactly, however little of the target the window
+has explored, where the positions' variance alone grows by a few times per window, and a
+chain started at a scale wrong by orders of magnitude leaves warm-up still wrong. A dense
+metric keeps the positions' correlations with that diagonal. And nothing is shrunk toward
+``1e-3 I``, which would swamp a posterior whose scales are ``1e-4``: a target in any
+units gets the same metric.
 """
 
 from __future__ import annotations
@@ -29,16 +34,16 @@ from typing import Any
 
 import numpy as np
 
-from kameleon.core.adaptation import Welford, usable_covariance
+from kameleon.core.adaptation import MAX_VARIANCE
 from kameleon.core.base import FloatArray, frozen_array
 from kameleon.core.serialization import register
 
 __all__ = [
     "DualAveraging",
+    "MetricWindow",
     "initial_step_size",
     "metric_window_ends",
     "metric_window_start",
-    "regularized_metric",
     "warmup_changes",
 ]
 
@@ -147,38 +152,86 @@ def metric_window_ends(warmup: int) -> tuple[int, ...]:
     return tuple(ends)
 
 
-def regularized_metric(estimate: Welford, dense: bool) -> FloatArray | None:
-    """The inverse metric from a window's positions: their covariance (its diagonal
-    unless ``dense``), shrunk toward the diagonal by ``5 / (n + 5)`` for a dense one; or
-    ``None`` when the window cannot give one (fewer than 3 states, a variance that is 0,
-    not finite or beyond :data:`core.adaptation.MAX_VARIANCE`)."""
-    n = estimate.count
-    if n < 3:
-        return None
-    cov = estimate.covariance()
-    if not usable_covariance(cov):
-        return None
-    var = np.diagonal(cov).copy()
-    if not np.all(var > 0.0):
-        return None
-    if not dense:
-        return frozen_array(var)
-    w = n / (n + 5.0)
-    shrunk = w * cov + (1.0 - w) * np.diag(var)
-    try:
-        np.linalg.cholesky(shrunk)
-    except np.linalg.LinAlgError:
-        return frozen_array(np.diag(var))
-    return frozen_array(shrunk)
+@register("gradient_warmup.MetricWindow")
+@dataclass(frozen=True, slots=True)
+class MetricWindow:
+    """Running moments of one metric window's states: the means and sums of squared
+    deviations of the positions and of the gradients (Welford), and for a dense metric
+    the positions' sum of outer products of deviations (``outer``, else shape
+    ``(0, 0)``)."""
+
+    count: int
+    mean_x: FloatArray
+    m2_x: FloatArray
+    mean_g: FloatArray
+    m2_g: FloatArray
+    outer: FloatArray
+
+    @staticmethod
+    def empty(dim: int, dense: bool) -> MetricWindow:
+        zeros = frozen_array(np.zeros(dim))
+        outer = np.zeros((dim, dim) if dense else (0, 0))
+        return MetricWindow(0, zeros, zeros, zeros, zeros, frozen_array(outer))
+
+    def update(self, x: FloatArray, g: FloatArray) -> MetricWindow:
+        n = self.count + 1
+        with np.errstate(over="ignore", invalid="ignore"):
+            dx = x - self.mean_x
+            mean_x = self.mean_x + dx / n
+            dg = g - self.mean_g
+            mean_g = self.mean_g + dg / n
+            m2_x = self.m2_x + dx * (x - mean_x)
+            m2_g = self.m2_g + dg * (g - mean_g)
+            outer = self.outer + np.outer(dx, x - mean_x) if self.outer.size else self.outer
+        return MetricWindow(
+            n,
+            frozen_array(mean_x),
+            frozen_array(m2_x),
+            frozen_array(mean_g),
+            frozen_array(m2_g),
+            frozen_array(outer),
+        )
+
+    def metric(self) -> FloatArray | None:
+        """The inverse metric the window gives: ``sqrt(var(x) / var(g))`` per coordinate
+        (the positions' variance where the gradients do not vary), with the positions'
+        correlations for a dense one; ``None`` when it gives none (fewer than 3 states,
+        a variance that is 0 or not finite, or beyond
+        :data:`core.adaptation.MAX_VARIANCE`)."""
+        n = self.count
+        if n < 3:
+            return None
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            var_x = self.m2_x / (n - 1)
+            var_g = self.m2_g / (n - 1)
+            diag = np.where(var_g > 0.0, np.sqrt(var_x / var_g), var_x)
+        if not (np.all(np.isfinite(diag)) and np.all(diag > 0.0)) or np.any(diag > MAX_VARIANCE):
+            return None
+        if not self.outer.size:
+            return frozen_array(diag)
+        cov = self.outer / (n - 1)
+        sd = np.sqrt(np.diagonal(cov))
+        if not (np.all(np.isfinite(cov)) and np.all(sd > 0.0)):
+            return frozen_array(np.diag(diag))
+        corr = cov / np.outer(sd, sd)
+        w = n / (n + 5.0)  # shrunk toward no correlation while the window is short
+        corr = w * corr + (1.0 - w) * np.eye(len(sd))
+        scale = np.sqrt(diag)
+        dense = corr * np.outer(scale, scale)
+        try:
+            np.linalg.cholesky(dense)
+        except np.linalg.LinAlgError:
+            return frozen_array(np.diag(diag))
+        return frozen_array(dense)
 
 
 def warmup_changes(new: Any, params: Any, acceptance: float, t: int) -> dict[str, Any]:
     """The warm-up's changes to a gradient sampler's state ``new`` after transition
     ``t`` with acceptance statistic ``acceptance`` (nothing after warm-up).
 
-    The state has ``adapt`` (:class:`DualAveraging`), ``step_size``, ``metric`` (the
-    inverse metric, a vector or a matrix) and ``window`` (a :class:`Welford` of the
-    current window's positions); the params ``warmup``, ``target_acceptance``,
+    The state has ``position``, ``gradient``, ``adapt`` (:class:`DualAveraging`),
+    ``step_size``, ``metric`` (the inverse metric, a vector or a matrix) and ``window``
+    (the current window's :class:`MetricWindow`); the params ``warmup``, ``target_acceptance``,
     ``adapt_step_size``, ``adapt_metric`` and ``metric`` (``"diag"``, ``"dense"`` or
     ``"unit"``).
     """
@@ -194,12 +247,12 @@ def warmup_changes(new: Any, params: Any, acceptance: float, t: int) -> dict[str
     if params.adapt_metric and params.metric != "unit" and ends:
         window = new.window
         if metric_window_start(params.warmup) < t <= ends[-1]:
-            window = window.update(new.position)
+            window = window.update(new.position, new.gradient)
         if t in ends:
-            metric = regularized_metric(window, params.metric == "dense")
+            metric = window.metric()
             if metric is not None:
                 changes["metric"] = metric
-            window = Welford.empty(new.position.size)
+            window = MetricWindow.empty(new.position.size, params.metric == "dense")
             if params.adapt_step_size:
                 adapt = DualAveraging.start(step_size)
         changes["window"] = window

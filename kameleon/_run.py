@@ -16,7 +16,9 @@ from kameleon.core.checks import StopRule
 
 __all__ = ["LogDensity"]
 
-LogDensity = Callable[[npt.NDArray[np.float64]], float]
+LogDensity = Callable[[npt.NDArray[np.float64]], Any]
+"""A log density at a point: a float (``None`` or ``-inf`` outside the support); for a
+sampler that uses gradients (``mala``), the pair ``(log density, gradient)``."""
 
 #: How often the progress bar is redrawn, and R-hat asked of a service, in seconds.
 _REFRESH, _RHAT_EVERY = 0.2, 10.0

@@ -373,25 +373,38 @@ def _hand_back(client: Client, session_id: str, proposals: list[Proposal]) -> No
 
 def _evaluate(
     proposals: list[Proposal], logdensity: LogDensity, pool: Executor | None, state: _Shared
-) -> list[tuple[str, float]]:
-    results = []
+) -> list[Any]:
+    """Each proposal's result: ``(id, log density)``, or the result with its gradient
+    when the log density returns the pair ``(log density, gradient)``."""
+    results: list[Any] = []
     for p in proposals:
         if state.stop.is_set():
             raise _Stop
         x = np.array(p.x, dtype=np.float64)
         x.flags.writeable = False
         told = pool.submit(logdensity, x).result() if pool is not None else logdensity(x)
+        gradient = None
+        if isinstance(told, tuple) and len(told) == 2:
+            told, gradient = told
         value = -math.inf if told is None else float(told)
         if math.isnan(value) or value == math.inf:
             raise ValueError(f"the log density at {x.tolist()} is {value}; it must be < +inf")
-        results.append((p.id, value))
+        if gradient is None:
+            results.append((p.id, value))
+        else:
+            g = np.asarray(gradient, dtype=np.float64).reshape(-1).tolist()
+            results.append({"id": p.id, "log_density": value, "gradient": g})
     return results
+
+
+def _result_id(result: Any) -> str:
+    return str(result["id"] if isinstance(result, dict) else result[0])
 
 
 def _step(
     client: Client,
     session_id: str,
-    results: list[tuple[str, float]],
+    results: list[Any],
     batch: int,
     lease_seconds: float,
     state: _Shared,
@@ -405,7 +418,7 @@ def _step(
             if not exc.ids:
                 raise
             # Another worker answered these first (our lease ran out): its value stands.
-            pending = [r for r in pending if r[0] not in set(exc.ids)]
+            pending = [r for r in pending if _result_id(r) not in set(exc.ids)]
             continue
         counts = [r.outcome for r in answer.results]
         moved = counts.count("accepted") + counts.count("rejected")

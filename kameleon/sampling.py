@@ -20,7 +20,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from kameleon.core import DEFAULT_ALGORITHM
+from kameleon.core import DEFAULT_ALGORITHM, SAMPLERS
 from kameleon.core.checks import SamplingWarning, StopRule, check, group
 from kameleon.core.defaults import CHAINS, ITERATIONS, WARMUP
 from kameleon.core.diagnostics import ParameterSummary, summarize
@@ -47,6 +47,9 @@ class _MinusInfinity:
         value = self.fn(x)
         if value is None:
             return -math.inf
+        if isinstance(value, tuple) and len(value) == 2:  # (log density, gradient)
+            density, gradient = value
+            return (-math.inf if density is None else density), gradient
         if isinstance(value, list | tuple) or (
             isinstance(value, np.ndarray) and value.dtype == object
         ):
@@ -280,8 +283,12 @@ def _in_process(
     vectorized = run.logdensity
     fn = _one_point(vectorized) if vectorize else vectorized
 
-    def counted(x: npt.NDArray[np.float64]) -> float:
-        value = float(fn(x))
+    gradients = SAMPLERS[run.algorithm].evaluation.gradient if run.algorithm in SAMPLERS else False
+    if gradients and vectorize:
+        raise ValueError(f"{run.algorithm} evaluates one point at a time: vectorize=False")
+
+    def counted(x: npt.NDArray[np.float64]) -> Any:
+        value = fn(x) if gradients else float(fn(x))
         bar.count(1, 1, 0)
         bar.draw()
         return value
@@ -293,7 +300,7 @@ def _in_process(
             if parallel == "processes"
             else ThreadPoolExecutor(workers, thread_name_prefix="kameleon-eval")
         )
-    many = _evaluate_many(vectorized, pool, vectorize, bar)
+    many = None if gradients else _evaluate_many(vectorized, pool, vectorize, bar)
     try:
         chains = sample_chains(
             counted if bar.enabled else fn,

@@ -48,7 +48,16 @@ class ProposalOut(BaseModel):
     id: str
     chain: int
     iteration: int
-    kind: Literal["init", "proposal"]
+    kind: Literal["init", "proposal", "leapfrog", "gradient_check"] = Field(
+        description="init: a chain's initial point; proposal: a transition's (last) "
+        "point; leapfrog and gradient_check: an evaluation within a transition that "
+        "needs several (a point of a Hamiltonian trajectory; a point of the "
+        "finite-difference check of the told gradients), told like any other."
+    )
+    step: int = Field(
+        description="The evaluation's place in its transition (from 0); 0 for samplers "
+        "that evaluate once per transition."
+    )
     x: list[float]
     lease_expires_at: datetime
 
@@ -72,8 +81,9 @@ class TellResult(RequestModel):
     log_density: LogDensity
     gradient: list[Any] | None = Field(
         None,
-        description="Gradient of the log density at the proposal, for algorithms that use "
-        "gradients (none of this version's): the others ignore it, unchecked.",
+        description="Gradient of the log density at the point: `dim` finite numbers. "
+        "Required by the algorithms that use gradients (`mala`), except where the log "
+        "density is -inf; the others ignore it, unchecked.",
     )
 
 
@@ -81,7 +91,7 @@ class TellRequest(RequestModel):
     results: list[TellResult] = Field(description="Results to apply, each exactly once.")
 
 
-Outcome = Literal["initialized", "outside_support", "accepted", "rejected", "duplicate"]
+Outcome = Literal["initialized", "outside_support", "accepted", "rejected", "step", "duplicate"]
 
 
 class TellOutcome(BaseModel):
@@ -90,8 +100,9 @@ class TellOutcome(BaseModel):
     outcome: Outcome = Field(
         description="initialized or outside_support (an initial point: outside_support "
         "either brings a new drawn initial point to the next ask, or leaves the chain "
-        "needs_initial_point); accepted or rejected (a proposal); duplicate (applied "
-        "before with this value: nothing changed)."
+        "needs_initial_point); accepted or rejected (a proposal); step (an evaluation "
+        "within a transition: the transition goes on); duplicate (applied before with "
+        "this value: nothing changed)."
     )
 
 

@@ -271,11 +271,18 @@ def render_summary(
 def chain_summary(meta: SessionMeta, ch: ChainView, stopped: bool = False) -> dict[str, Any]:
     """A chain's summary (``schemas.ChainSummary``)."""
     st = ch.state
+    # A sampler whose transitions take several evaluations counts them in its state,
+    # from the initial point set on; the initial points told are counted apart.
+    counted = getattr(st, "evaluations", None)
+    if counted is None:
+        evaluations = st.iteration + ch.inits
+    else:
+        evaluations = int(counted) + ch.inits - (st.logdensity is not None and counted > 0)
     return {
         "chain": ch.chain,
         "status": ch.status(meta, stopped),
         "iterations": st.iteration,
-        "evaluations": int(st.iteration + ch.inits),
+        "evaluations": int(evaluations),
         "acceptance_rate": st.accepted / st.iteration if st.iteration else None,
         "resets": st.epoch,
     }

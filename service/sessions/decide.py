@@ -23,7 +23,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from kameleon.core.base import Proposal, StepInfo
+from kameleon.core.base import FloatArray, Proposal, StepInfo, tell_one
 from kameleon.core.batch import tell_many
 from kameleon.core.initial import redraw
 from kameleon.core.serialization import cold_changed
@@ -47,11 +47,13 @@ __all__ = [
 
 
 class Told(NamedTuple):
-    """One told result: its place in the request, its proposal id, its value."""
+    """One told result: its place in the request, its proposal id, its value, and its
+    gradient for a sampler that needs one (:class:`core.base.Evaluation`)."""
 
     at: int
     pid: ProposalId
     value: float
+    gradient: FloatArray | None = None
 
 
 class Classified(NamedTuple):
@@ -87,28 +89,40 @@ class ChainPlan(NamedTuple):
 
 
 def classify(
-    meta: SessionMeta, chain: ChainView, told: Sequence[Told], history: Mapping[int, float]
+    meta: SessionMeta,
+    chain: ChainView,
+    told: Sequence[Told],
+    history: Mapping[int, float],
+    outstanding: Proposal | None = None,
 ) -> Classified:
     """Step 1 for ``told`` (results for ``chain``, in request order); ``history``: told
-    values of transitions applied before, by iteration."""
+    values of transitions applied before, by iteration.
+
+    For a sampler whose transitions take several evaluations (``outstanding``: the
+    chain's outstanding proposal, whose ``step`` says how many of its transition's were
+    told), a result for an evaluation applied before is a ``duplicate`` without its value
+    compared: the store keeps a transition's last value only, and not which step was
+    its last."""
     state, init_value = chain.state, chain.init_value
+    steps = outstanding is not None
     outcomes: dict[int, str] = {}
     conflicts: list[int] = []
     missing: set[int] = set()
     apply: Told | None = None
     for t in told:
         pid, value = t.pid, t.value
-        if apply is not None and (pid.epoch, pid.iteration) == (
-            apply.pid.epoch,
-            apply.pid.iteration,
-        ):
+        if apply is not None and pid == apply.pid:
             verdict = "duplicate" if _same(apply.value, value) else "conflict"
+        elif pid.step and not steps:
+            verdict = "conflict"  # never issued: this sampler evaluates once per transition
         elif pid.iteration == 0:
             verdict = _initial(meta, chain, init_value, pid, value)
         elif state.logdensity is None:
             verdict = "conflict"
         elif pid.iteration == state.iteration + 1 and not meta.is_done(state):
-            verdict = "apply"
+            verdict = "apply" if not steps else _step_verdict(pid.step, outstanding)
+        elif pid.iteration <= state.iteration and steps:
+            verdict = "duplicate"
         elif pid.iteration <= state.iteration:
             if pid.iteration not in history:
                 verdict = "missing"
@@ -125,6 +139,14 @@ def classify(
         else:
             outcomes[t.at] = verdict
     return Classified(outcomes, tuple(conflicts), frozenset(missing), apply)
+
+
+def _step_verdict(step: int, outstanding: Proposal | None) -> str:
+    """The verdict on a result for the transition in progress, at ``step``."""
+    assert outstanding is not None
+    if step == outstanding.step:
+        return "apply"
+    return "duplicate" if step < outstanding.step else "conflict"
 
 
 def _initial(
@@ -158,12 +180,17 @@ def transition(
     names its chain (:class:`~.errors.SamplerFailed`)."""
     sampler, params = meta.sampler, meta.params
     values = [t.value for t in told]
+    gradients = [t.gradient for t in told]
+    states = [ch.state for ch in chains]
     try:
-        return tell_many(sampler, [ch.state for ch in chains], params, proposals, values)
+        return tell_many(sampler, states, params, proposals, values, gradients=gradients)
     except Exception:
         return [
-            guarded(ch.chain, lambda ch=ch, p=p, v=v: sampler.tell(ch.state, params, p, v))  # type: ignore[misc]
-            for ch, p, v in zip(chains, proposals, values, strict=True)
+            guarded(
+                ch.chain,
+                lambda ch=ch, p=p, t=t: tell_one(sampler, ch.state, params, p, t.value, t.gradient),  # type: ignore[misc]
+            )
+            for ch, p, t in zip(chains, proposals, told, strict=True)
         ]
 
 
@@ -185,8 +212,16 @@ def decide(
     any result is a conflict or needs history, nothing is stepped: the request is
     refused, or decided again.
     """
+    steps = meta.sampler.tell_gradient is not None  # transitions of several evaluations
     judged = {
-        c: classify(meta, current[c], told, history.get(c, {})) for c, told in by_chain.items()
+        c: classify(
+            meta,
+            current[c],
+            told,
+            history.get(c, {}),
+            proposal(current[c]) if steps and current[c].state.logdensity is not None else None,
+        )
+        for c, told in by_chain.items()
     }
     if any(k.conflicts or k.missing for k in judged.values()):
         return {c: ChainPlan(k.outcomes, k.conflicts, missing=k.missing) for c, k in judged.items()}
@@ -245,7 +280,7 @@ def _plan(
             )
         init_value = told.value if new.epoch == chain.state.epoch else None
         init_told = True
-    else:
+    elif info.outcome != "step":  # "step": an evaluation within a transition, no draw
         draw = RowLayout.pack(told.value, new.logdensity, info.outcome == "accepted", new.position)
     update, after = _write(meta, chain, new, init_value, draw, init_told, lease)
     return ChainPlan(outcomes, judged.conflicts, update, after)

@@ -15,7 +15,7 @@ from typing import Any
 
 from kameleon.service.ids import ProposalId, parse_id
 from kameleon.service.sessions.chains import Chains, ChainView, encode_state
-from kameleon.service.sessions.errors import Busy, Invalid
+from kameleon.service.sessions.errors import Busy, Invalid, guarded
 from kameleon.service.sessions.meta import SessionMeta
 from kameleon.service.sessions.stepping import MAX_ATTEMPTS, iso, session_status
 from kameleon.service.sessions.told import conflict
@@ -91,7 +91,12 @@ def _not_outstanding(meta: SessionMeta, ch: ChainView | None, pid: ProposalId) -
     if pid.iteration <= state.iteration:
         return told
     if pid.iteration == state.iteration + 1 and not meta.is_done(state):
-        return None
+        if meta.sampler.tell_gradient is None:
+            return None if pid.step == 0 else OBSOLETE
+        step = guarded(ch.chain, lambda: meta.sampler.ask(state, meta.params)).step
+        if pid.step < step:
+            return told
+        return None if pid.step == step else OBSOLETE
     return OBSOLETE
 
 

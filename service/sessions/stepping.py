@@ -305,10 +305,11 @@ class Stepper:
     def _proposal(self, meta: SessionMeta, ch: ChainView, lease_until: float) -> dict[str, Any]:
         proposal = self.chains.proposal(meta, ch)
         return {
-            "id": format_id(ch.chain, proposal.iteration, ch.state.epoch),
+            "id": format_id(ch.chain, proposal.iteration, ch.state.epoch, proposal.step),
             "chain": ch.chain,
             "iteration": proposal.iteration,
             "kind": proposal.kind,
+            "step": proposal.step,
             "x": proposal.position,
             "lease_expires_at": iso(lease_until),
         }

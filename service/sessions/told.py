@@ -3,9 +3,13 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+import numpy as np
+
+from kameleon.core.base import FloatArray
 from kameleon.service.ids import parse_id
 from kameleon.service.sessions.chains import ChainView
 from kameleon.service.sessions.decide import Told
@@ -66,6 +70,56 @@ def _same_value(a: float, b: float) -> bool:
     return a == b or (a != a and b != b)
 
 
+def _nan(dim: int) -> FloatArray:
+    out = np.full(dim, math.nan)
+    out.flags.writeable = False
+    return out
+
+
+#: The gradient given to a sampler at a point outside the support, where none is used.
+_UNUSED: dict[int, FloatArray] = {}
+
+
+def _gradient(meta: SessionMeta, i: int, result: Result) -> FloatArray | None:
+    """The told gradient as an array, for a sampler that needs one (``None`` for the
+    others, which ignore it); at ``-inf``, where it is not used, it may be left out, and
+    the sampler is given NaNs."""
+    if not meta.sampler.evaluation.gradient:
+        return None
+    field = f"results.{i}.gradient"
+    values = result.gradient
+    finite_density = math.isfinite(result.log_density)
+    if values is None:
+        if not finite_density:  # not used: the point is rejected
+            return _UNUSED.setdefault(meta.dim, _nan(meta.dim))
+        raise Invalid(
+            f"results[{i}].gradient: {meta.algorithm} needs the gradient of the log density "
+            f"at every point: a list of {meta.dim} numbers",
+            field=field,
+        )
+    if len(values) != meta.dim:
+        raise Invalid(
+            f"results[{i}].gradient must have {meta.dim} values, not {len(values)}", field=field
+        )
+    for j, v in enumerate(values):
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            raise Invalid(f"results[{i}].gradient[{j}] must be a number", field=f"{field}.{j}")
+    try:
+        gradient = np.array(values, dtype=np.float64)
+    except OverflowError:  # an integer beyond the float range
+        raise Invalid(f"results[{i}].gradient must be finite", field=field) from None
+    if not finite_density:
+        return _UNUSED.setdefault(meta.dim, _nan(meta.dim))
+    bad = np.flatnonzero(~np.isfinite(gradient))
+    if bad.size:
+        raise Invalid(
+            f"results[{i}].gradient[{bad[0]}] must be finite where the log density is",
+            field=f"{field}.{bad[0]}",
+        )
+    gradient.flags.writeable = False
+    return gradient
+
+
 def parse(meta: SessionMeta, results: Sequence[Result]) -> list[Told]:
     """Parse every result before anything is applied (:class:`Invalid` on the first bad
     one)."""
@@ -84,5 +138,5 @@ def parse(meta: SessionMeta, results: Sequence[Result]) -> list[Told]:
                 f"values (results[{first}] too); nothing was applied",
                 ids=[result.id],
             )
-        told.append(Told(i, pid, result.log_density))
+        told.append(Told(i, pid, result.log_density, _gradient(meta, i, result)))
     return told

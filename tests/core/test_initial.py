@@ -12,6 +12,7 @@ from kameleon.core import SAMPLERS
 from kameleon.core.base import FloatArray
 from kameleon.core.initial import DEFAULT_MAX_ATTEMPTS, initial_point, redraw, start_radius
 from kameleon.core.run import run_chain, sample
+from tests.core.evaluations import for_sampler
 
 DIM = 3
 
@@ -88,7 +89,15 @@ def test_redraw_moves_to_the_next_attempt_and_stops_at_the_bound() -> None:
 def test_run_chain_without_initial_starts_at_the_first_draw(name: str) -> None:
     sampler = SAMPLERS[name]
     params = sampler.make_params(DIM, {}, warmup=0)
-    result = run_chain(sampler, params, lambda x: -0.5 * float(x @ x), None, 0, seed=4, chain=2)
+    result = run_chain(
+        sampler,
+        params,
+        for_sampler(sampler, lambda x: -0.5 * float(x @ x)),
+        None,
+        0,
+        seed=4,
+        chain=2,
+    )
     start = initial_point(DIM, seed=4, chain=2, attempt=0)
     assert np.array_equal(result.state.position, start)
     assert result.state.epoch == 0
@@ -100,7 +109,8 @@ def test_run_chain_replaces_drawn_starts_outside_the_support(name: str) -> None:
     params = sampler.make_params(DIM, {}, warmup=0)
     epochs = []
     for chain in range(8):
-        state = run_chain(sampler, params, _half_space, None, 0, seed=5, chain=chain).state
+        fn = for_sampler(sampler, _half_space)
+        state = run_chain(sampler, params, fn, None, 0, seed=5, chain=chain).state
         attempts = [initial_point(DIM, seed=5, chain=chain, attempt=a) for a in range(50)]
         first_inside = next(a for a, x in enumerate(attempts) if x[0] >= 0)
         assert state.epoch == first_inside

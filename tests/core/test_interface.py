@@ -21,6 +21,7 @@ from kameleon.core.base import OptionError, Proposal, reset
 from kameleon.core.run import run_chain, sample
 from kameleon.core.serialization import decode, encode
 from kameleon.core.targets import Gaussian
+from tests.core.evaluations import for_sampler, tell
 
 TARGET = Gaussian([0.5, -1.0, 0.0], [[1.0, 0.5, 0.0], [0.5, 2.0, 0.3], [0.0, 0.3, 0.5]])
 DIM = TARGET.dim
@@ -49,7 +50,7 @@ def _chain(sampler: ModuleType, params: Any, *, seed: int = SEED) -> Iterator[An
     yield state
     while True:
         proposal = sampler.ask(state, params)
-        state, _ = sampler.tell(state, params, proposal, TARGET.logdensity(proposal.position))
+        state, _ = _tell(sampler, state, params, proposal, TARGET.logdensity(proposal.position))
         yield state
 
 
@@ -99,6 +100,11 @@ def _assert_identical(a: Any, b: Any, path: str = "state") -> None:
         assert type(a) is type(b) and a == b, path
 
 
+def _tell(sampler: Any, state: Any, params: Any, proposal: Proposal, value: float) -> Any:
+    """``sampler``'s tell, with ``TARGET``'s gradient for a sampler that needs one."""
+    return tell(sampler, state, params, proposal, value, TARGET.logdensity)
+
+
 def _encoded(state: Any) -> str:
     hot, cold = encode(state)
     return json.dumps([hot, cold], sort_keys=True)
@@ -134,7 +140,7 @@ def test_tell_never_mutates_its_inputs(name: str) -> None:
     for state in [init_state, *_states_at(sampler, params, 0, MID_WARMUP, POST_WARMUP)]:
         proposal = sampler.ask(state, params)
         before = _encoded(state), proposal.position.tobytes()
-        new, _ = sampler.tell(state, params, proposal, TARGET.logdensity(proposal.position))
+        new, _ = _tell(sampler, state, params, proposal, TARGET.logdensity(proposal.position))
         assert (_encoded(state), proposal.position.tobytes()) == before
         for arr in [*_arrays(state), *_arrays(proposal), *_arrays(new)]:
             assert not arr.flags.writeable
@@ -145,14 +151,14 @@ def test_tell_rejects_a_proposal_of_another_iteration(name: str) -> None:
     params = _params(sampler)
     state = _states_at(sampler, params, 0)[0]
     old_proposal = sampler.ask(state, params)
-    newer, _ = sampler.tell(state, params, old_proposal, TARGET.logdensity(old_proposal.position))
+    newer, _ = _tell(sampler, state, params, old_proposal, TARGET.logdensity(old_proposal.position))
     new_proposal = sampler.ask(newer, params)
     with pytest.raises(ValueError):
-        sampler.tell(newer, params, old_proposal, 0.0)
+        _tell(sampler, newer, params, old_proposal, 0.0)
     with pytest.raises(ValueError):
-        sampler.tell(state, params, new_proposal, 0.0)
+        _tell(sampler, state, params, new_proposal, 0.0)
     with pytest.raises(ValueError):  # an initial point for a chain that has one
-        sampler.tell(newer, params, Proposal(newer.iteration, "init", newer.position), 0.0)
+        _tell(sampler, newer, params, Proposal(newer.iteration, "init", newer.position), 0.0)
 
 
 @pytest.mark.parametrize("value", [math.nan, math.inf])
@@ -161,7 +167,7 @@ def test_tell_rejects_nan_and_plus_infinity(name: str, value: float) -> None:
     params = _params(sampler)
     state = _states_at(sampler, params, 0)[0]
     with pytest.raises(ValueError):
-        sampler.tell(state, params, sampler.ask(state, params), value)
+        _tell(sampler, state, params, sampler.ask(state, params), value)
 
 
 def test_minus_infinity_at_the_initial_point_waits_for_a_new_one(name: str) -> None:
@@ -170,14 +176,14 @@ def test_minus_infinity_at_the_initial_point_waits_for_a_new_one(name: str) -> N
     state = sampler.init(START, params, seed=SEED, chain=1)
     proposal = sampler.ask(state, params)
     assert proposal.kind == "init"
-    same, info = sampler.tell(state, params, proposal, -math.inf)
+    same, info = _tell(sampler, state, params, proposal, -math.inf)
     assert info.outcome == "outside_support"
     assert _encoded(same) == _encoded(state)
     new_start = np.array([1.0, 2.0, 3.0])
     restarted = reset(same, new_start)
     proposal = sampler.ask(restarted, params)
     assert proposal.kind == "init" and proposal.position.tolist() == new_start.tolist()
-    started, info = sampler.tell(restarted, params, proposal, TARGET.logdensity(new_start))
+    started, info = _tell(sampler, restarted, params, proposal, TARGET.logdensity(new_start))
     assert info.outcome == "initialized"
     assert started.epoch == 1 and started.logdensity == TARGET.logdensity(new_start)
 
@@ -186,7 +192,7 @@ def test_a_proposal_outside_the_support_is_rejected(name: str) -> None:
     sampler = SAMPLERS[name]
     params = _params(sampler)
     state = _states_at(sampler, params, 0)[0]
-    new, info = sampler.tell(state, params, sampler.ask(state, params), -math.inf)
+    new, info = _tell(sampler, state, params, sampler.ask(state, params), -math.inf)
     assert info.outcome == "rejected" and info.acceptance_probability == 0.0
     assert new.position.tobytes() == state.position.tobytes()
     assert new.logdensity == state.logdensity
@@ -249,7 +255,9 @@ def test_replay_from_seed_and_told_values_is_bit_for_bit(name: str) -> None:
     sampler = SAMPLERS[name]
     params = _params(sampler)
     n = POST_WARMUP
-    first = run_chain(sampler, params, TARGET.logdensity, START, n, seed=SEED, chain=3)
+    first = run_chain(
+        sampler, params, for_sampler(sampler, TARGET.logdensity), START, n, seed=SEED, chain=3
+    )
     # Replay: the recorded told values, through the codec after every step (as a service
     # that stores the state between requests would).
     told = iter([TARGET.logdensity(START), *first.told.tolist()])
@@ -257,12 +265,14 @@ def test_replay_from_seed_and_told_values_is_bit_for_bit(name: str) -> None:
     draws = []
     for _ in range(n + 1):
         proposal = sampler.ask(_round_trip(state), params)
-        state, _ = sampler.tell(_round_trip(state), params, proposal, next(told))
+        state, _ = _tell(sampler, _round_trip(state), params, proposal, next(told))
         draws.append(state.position)
     assert np.stack(draws[1:]).tobytes() == first.draws.tobytes()
     _assert_identical(state, first.state)
     # A different seed gives a different chain.
-    other = run_chain(sampler, params, TARGET.logdensity, START, n, seed=SEED + 1, chain=3)
+    other = run_chain(
+        sampler, params, for_sampler(sampler, TARGET.logdensity), START, n, seed=SEED + 1, chain=3
+    )
     assert other.draws.tobytes() != first.draws.tobytes()
 
 
@@ -294,7 +304,7 @@ def test_state_size_does_not_grow_after_warmup(name: str) -> None:
 
 def test_sample_returns_post_warmup_draws_per_chain(name: str) -> None:
     draws = sample(
-        TARGET.logdensity,
+        for_sampler(SAMPLERS[name], TARGET.logdensity),
         DIM,
         algorithm=name,
         chains=2,
@@ -307,7 +317,15 @@ def test_sample_returns_post_warmup_draws_per_chain(name: str) -> None:
     assert draws.shape == (2, 30, DIM) and np.all(np.isfinite(draws))
     # The same chain as run_chain's, warm-up dropped.
     params = SAMPLERS[name].make_params(DIM, {}, warmup=20)
-    chain_1 = run_chain(SAMPLERS[name], params, TARGET.logdensity, START, 50, seed=5, chain=1)
+    chain_1 = run_chain(
+        SAMPLERS[name],
+        params,
+        for_sampler(SAMPLERS[name], TARGET.logdensity),
+        START,
+        50,
+        seed=5,
+        chain=1,
+    )
     assert draws[1].tobytes() == chain_1.draws[20:].tobytes()
     assert draws[0].tobytes() != draws[1].tobytes()
 
@@ -320,7 +338,15 @@ def test_sample_refuses_an_unknown_algorithm() -> None:
 def test_run_chain_refuses_an_initial_point_outside_the_support(name: str) -> None:
     sampler = SAMPLERS[name]
     with pytest.raises(ValueError, match="initial point"):
-        run_chain(sampler, _params(sampler), lambda x: -math.inf, START, 5, seed=0, chain=0)
+        run_chain(
+            sampler,
+            _params(sampler),
+            for_sampler(sampler, lambda x: -math.inf),
+            START,
+            5,
+            seed=0,
+            chain=0,
+        )
 
 
 # --------------------------------------------------------------------------- registry

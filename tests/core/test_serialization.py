@@ -79,6 +79,10 @@ STABLE_NAMES = {
     "kmc-finite.State",
     "adaptation.Welford",
     "preconditioning.Preconditioner",
+    "mala.State",
+    "gradient_check.Check",
+    "gradient_warmup.DualAveraging",
+    "gradient_warmup.MetricWindow",
 }
 
 
@@ -115,7 +119,8 @@ def test_every_registered_class_has_its_stable_name() -> None:
     assert set(ALIASES.values()) <= STABLE_NAMES
 
 
-@pytest.mark.parametrize("name", sorted(SAMPLERS))
+# Samplers added after the stable names had no documents under module paths.
+@pytest.mark.parametrize("name", sorted(OLD_DOCUMENTS))
 def test_a_document_with_module_path_names_still_decodes(name: str) -> None:
     hot, cold = _old(name)
     assert hot["c"].startswith("kameleon.core.samplers.")  # the old naming, as stored
@@ -135,7 +140,7 @@ def test_a_document_with_module_path_names_still_decodes(name: str) -> None:
     assert encode(again) == (new_hot, new_cold)
 
 
-@pytest.mark.parametrize("name", sorted(SAMPLERS))
+@pytest.mark.parametrize("name", sorted(OLD_DOCUMENTS))
 def test_a_document_from_before_the_kameleon_package_decodes(name: str) -> None:
     # Before the distribution installed one package the modules were core.*.
     text = json.dumps(_old(name)).replace('"kameleon.core.', '"core.')

@@ -215,3 +215,29 @@ def test_a_stopping_rule_ends_both_runs_at_the_same_draw(server: str) -> None:
     # Met at a check before the end: a multiple of check_every draws per chain.
     assert local.draws.shape[1] < 3000 and local.draws.shape[1] % 200 == 0
     assert served.draws.tobytes() == local.draws.tobytes()
+
+
+def banana_and_gradient(x: np.ndarray) -> tuple[float, np.ndarray]:
+    """The banana with its gradient, for ``mala`` (module level: picklable)."""
+    y = x[1] - 0.1 * x[0] ** 2
+    value = -0.5 * (x[0] ** 2 / 4.0 + y**2)
+    return value, np.array([-x[0] / 4.0 + 0.2 * x[0] * y, -y])
+
+
+def test_mala_runs_with_gradients_in_process_and_through_a_service(server: str) -> None:
+    settings: dict[str, object] = {
+        "dim": 2,
+        "chains": 2,
+        "warmup": 100,
+        "iterations": 100,
+        "seed": 4,
+        "algorithm": "mala",
+        "progress": False,
+    }
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", kameleon.SamplingWarning)
+        local = kameleon.sample(banana_and_gradient, **settings)  # type: ignore[arg-type]
+        served = kameleon.sample(banana_and_gradient, url=server, workers=2, **settings)  # type: ignore[arg-type]
+    # The same told values in another order: the same draws, bit for bit.
+    assert local.draws.tobytes() == served.draws.tobytes()
+    assert np.isfinite(local.draws).all() and local.draws.shape == (2, 100, 2)

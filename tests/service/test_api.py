@@ -23,6 +23,7 @@ from fastapi.testclient import TestClient
 
 from kameleon.service.config import Settings, hash_api_key
 from kameleon.service.schemas import ALGORITHMS
+from tests.core.evaluations import numeric_gradient
 
 Json = dict[str, Any]
 LogDensity = Callable[[list[float]], float]
@@ -68,8 +69,12 @@ def tell_text(client: TestClient, sid: str, results: str) -> httpx.Response:
     return response
 
 
-def step(client: TestClient, sid: str, *results: tuple[str, Any], **body: Any) -> Json:
-    told = [{"id": pid, "log_density": value} for pid, value in results]
+def step(client: TestClient, sid: str, *results: tuple[Any, ...], **body: Any) -> Json:
+    """A step telling ``(id, log density)`` or ``(id, log density, gradient)`` results."""
+    told = [
+        {"id": r[0], "log_density": r[1], **({"gradient": r[2]} if len(r) > 2 else {})}
+        for r in results
+    ]
     response = client.post(f"/v1/sessions/{sid}/step", json={"results": told, **body})
     assert response.status_code == 200, response.text
     answer: Json = response.json()
@@ -116,11 +121,24 @@ def run(client: TestClient, sid: str, transitions: int, logp: LogDensity = gauss
         ]
         if not batch:
             return told
-        answer = step(client, sid, *[(p["id"], p["log_density"]) for p in batch])
+        # With the gradient, which only the samplers that use one read.
+        answer = step(
+            client,
+            sid,
+            *[(p["id"], p["log_density"], _gradient(logp, p["x"])) for p in batch],
+        )
         for p, result in zip(batch, answer["results"], strict=True):
             assert result["id"] == p["id"]
             told.append({**p, "outcome": result["outcome"]})
         proposals = answer["proposals"]
+
+
+def _gradient(logp: LogDensity, x: list[float]) -> list[float]:
+    """Central differences of ``logp`` at ``x`` (zeros where it is not a number)."""
+    try:
+        return numeric_gradient(lambda y: float(logp(list(y))), np.array(x)).tolist()
+    except (TypeError, ValueError):
+        return [0.0] * len(x)
 
 
 def lease_end(proposal: Json) -> float:

@@ -844,3 +844,56 @@ def test_a_quota_refusal_says_when_to_retry(
     problem = assert_problem(refused, 429)
     assert refused.headers["retry-after"] == "30"
     assert problem["sessions"] == 1 and problem["limit"] == 1 and problem["errors"] == []
+
+
+# ---------------------------------------------------------- gradients, several evaluations
+
+
+def _with_gradient(p: Json) -> Json:
+    """The told result of a standard normal at ``p``, with its gradient."""
+    return {**value(p), "gradient": [-v for v in p["x"]]}
+
+
+def test_gradient_has_dim_finite_numbers_or_nothing_is_applied(
+    api: TestClient, sessions: Any, assert_problem: ProblemCheck
+) -> None:
+    """`gradient` has `dim` numbers, finite wherever the log density is finite;
+    otherwise the request is refused with 422, `field` naming `results.N.gradient` (or
+    `results.N.gradient.K`, the offending coordinate), and nothing is applied."""
+    sid = sessions(algorithm="mala", chains=1)["id"]
+    (init,) = ask(api, sid)
+    before = state(api, sid)
+    for bad, field in (([1.0], "results.0.gradient"), ([0.0, None], "results.0.gradient.1")):
+        response = api.post(
+            f"/v1/sessions/{sid}/tell", json={"results": [{**value(init), "gradient": bad}]}
+        )
+        assert assert_problem(response, 422)["field"] == field
+    assert state(api, sid) == before
+
+
+def test_an_evaluation_within_a_transition_has_its_step_and_id(
+    api: TestClient, sessions: Any
+) -> None:
+    """Every proposal carries its `step` in its transition (from 0) ... Its id is
+    `c<chain>.i<iteration>.s<step>` when `step > 0`. Its tell answers the outcome
+    `step`."""
+    sid = sessions(algorithm="mala", chains=1)["id"]
+    (init,) = ask(api, sid)
+    assert init["step"] == 0
+    answer = post(api, sid, "step", {"results": [_with_gradient(init)]})
+    (check,) = answer["proposals"]
+    assert (check["kind"], check["id"], check["step"]) == ("gradient_check", "c0.i1", 0)
+    answer = post(api, sid, "step", {"results": [_with_gradient(check)]})
+    assert answer["results"][0]["outcome"] == "step"
+    (following,) = answer["proposals"]
+    assert (following["id"], following["iteration"], following["step"]) == ("c0.i1.s1", 1, 1)
+
+
+def test_pseudo_marginal_is_refused_with_a_gradient_sampler(
+    api: TestClient, assert_problem: ProblemCheck
+) -> None:
+    """`pseudo_marginal: true` with such an algorithm is refused at creation (422, field
+    `pseudo_marginal`)."""
+    body = {"algorithm": "mala", "dim": 2, "pseudo_marginal": True}
+    problem = assert_problem(api.post("/v1/sessions", json=body), 422)
+    assert problem["field"] == "pseudo_marginal"

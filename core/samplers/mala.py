@@ -1,0 +1,287 @@
+"""The Metropolis-adjusted Langevin algorithm (MALA), with the client's gradients.
+
+From ``x`` with gradient ``g = grad log pi(x)`` and inverse metric ``M`` (the shape of the
+proposal: a vector for a diagonal one, a matrix for a dense one), the proposal is one
+Euler step of the Langevin diffusion preconditioned by ``M``,
+
+    x* = x + (eps^2 / 2) M g + eps M^(1/2) z,    z ~ N(0, I),
+
+accepted with the Metropolis-Hastings ratio, whose proposal densities need the gradient
+at ``x*`` too: so the correction is computed when ``x*``'s log density and gradient are
+told, not when it is asked (Roberts and Tweedie 1996; Roberts and Rosenthal 1998, whose
+optimal acceptance rate in high dimension, 0.574, is the default target).
+
+Warm-up (:mod:`core.gradient_warmup`): the step size ``eps`` follows dual averaging
+toward ``target_acceptance``, and ``M`` is the covariance of the chain's positions in
+Stan's doubling windows (its diagonal by default; ``metric: "dense"`` for the whole
+matrix). One evaluation per transition (with its gradient), after the gradient check of
+the first chains (:mod:`core.gradient_check`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from kameleon.core.base import (
+    ChainState,
+    Evaluation,
+    FloatArray,
+    OptionError,
+    Proposal,
+    Sampler,
+    StepInfo,
+    accept_or_reject,
+    frozen_array,
+    new_chain_fields,
+    params_parser,
+    tell_initial,
+)
+from kameleon.core.gradient_check import Check, check_ask, check_tell, start_check
+from kameleon.core.gradient_warmup import (
+    DualAveraging,
+    MetricWindow,
+    initial_step_size,
+    warmup_changes,
+)
+from kameleon.core.rng import Stream, generator
+from kameleon.core.serialization import register
+
+__all__ = [
+    "NAME",
+    "SAMPLER",
+    "Params",
+    "State",
+    "ask",
+    "chain_floats",
+    "checked_gradient",
+    "init",
+    "make_params",
+    "tell",
+    "tell_gradient",
+]
+
+NAME = "mala"
+
+
+@dataclass(frozen=True, slots=True)
+class Params:
+    """Options of MALA.
+
+    Attributes
+    ----------
+    step_size
+        The first step size ``eps``; default: from the gradient at the initial point,
+        ``1 / |M^(1/2) g|`` (:func:`core.gradient_warmup.initial_step_size`).
+    target_acceptance
+        What dual averaging aims the acceptance rate at during warm-up (default 0.574).
+    adapt_step_size
+        Adapt the step size in warm-up (default true).
+    adapt_metric
+        Learn the inverse metric in warm-up windows (default true).
+    metric
+        ``"diag"`` (default): a diagonal inverse metric; ``"dense"``: a full matrix, for
+        correlated targets (``O(d^2)`` memory, ``O(d^3)`` per window and ``O(d^2)`` per
+        step); ``"unit"``: the identity, never learnt.
+    gradient_check
+        How many chains (the first ones) check the told gradient against finite
+        differences at their initial point (default 1; 0: none).
+    """
+
+    dim: int
+    warmup: int
+    step_size: float | None = None
+    target_acceptance: float = 0.574
+    adapt_step_size: bool = True
+    adapt_metric: bool = True
+    metric: Literal["diag", "dense", "unit"] = "diag"
+    gradient_check: int = 1
+
+    def __post_init__(self) -> None:
+        if self.step_size is not None and not (
+            math.isfinite(self.step_size) and self.step_size > 0
+        ):
+            raise OptionError("step_size", "must be positive")
+        if not 0 < self.target_acceptance < 1:
+            raise OptionError("target_acceptance", "must be in (0, 1)")
+        if self.gradient_check < 0:
+            raise OptionError("gradient_check", "must be at least 0")
+
+
+@register("mala.State")
+@dataclass(frozen=True, slots=True)
+class State(ChainState):
+    """A MALA chain: the gradient at ``position``, the warm-up's state, the check."""
+
+    gradient: FloatArray
+    step: int  # evaluations told in the current transition (the gradient check's)
+    evaluations: int  # evaluations told from the initial point on (the check's included)
+    check: Check
+    adapt: DualAveraging
+    step_size: float
+    metric: FloatArray  # the inverse metric: (d,) diagonal or (d, d) dense
+    window: MetricWindow  # the current metric window's moments
+
+
+make_params = params_parser(Params)
+
+
+def init(position: Any, params: Params, *, seed: int, chain: int) -> State:
+    fields = new_chain_fields(position, seed=seed, chain=chain)
+    d = fields["position"].size
+    step_size = params.step_size if params.step_size is not None else 1.0
+    return State(
+        **fields,
+        gradient=frozen_array(np.zeros(d)),
+        step=0,
+        evaluations=0,
+        check=start_check(chain, params.gradient_check),
+        adapt=DualAveraging.start(step_size),
+        step_size=step_size,
+        metric=frozen_array(np.eye(d) if params.metric == "dense" else np.ones(d)),
+        window=MetricWindow.empty(d, params.metric == "dense"),
+    )
+
+
+def _factor(metric: FloatArray) -> FloatArray:
+    """``M^(1/2)``: the square roots of a diagonal, the Cholesky factor of a matrix."""
+    return frozen_array(np.sqrt(metric) if metric.ndim == 1 else np.linalg.cholesky(metric))
+
+
+def _drift(state: State, x: FloatArray, gradient: FloatArray) -> FloatArray:
+    m = state.metric
+    mg = m * gradient if m.ndim == 1 else m @ gradient
+    return x + 0.5 * state.step_size**2 * mg
+
+
+def _log_q(state: State, to: FloatArray, frm: FloatArray, gradient: FloatArray) -> float:
+    """``log q(to | frm)`` up to its constant (which cancels in the ratio)."""
+    r = to - _drift(state, frm, gradient)
+    m = state.metric
+    if m.ndim == 1:
+        quad = float(np.sum(r * r / m))
+    else:
+        w = np.linalg.solve(np.linalg.cholesky(m), r)
+        quad = float(w @ w)
+    return -quad / (2.0 * state.step_size**2)
+
+
+def ask(state: State, params: Params) -> Proposal:
+    if state.logdensity is None:
+        return Proposal(state.iteration, "init", state.position)
+    checking = check_ask(state)
+    if checking is not None:
+        return checking
+    t = state.iteration + 1
+    z = generator(state.seed, state.chain, t, Stream.PROPOSE).standard_normal(params.dim)
+    with np.errstate(over="ignore", invalid="ignore"):
+        noise = _factor(state.metric) * z if state.metric.ndim == 1 else _factor(state.metric) @ z
+        point = frozen_array(
+            _drift(state, state.position, state.gradient) + state.step_size * noise
+        )
+    if not np.isfinite(point).all():
+        # Overflowed (a step size or a gradient near the float range): stay put, as
+        # core.base.metropolis_ask does.
+        point = state.position
+    return Proposal(t, "proposal", point, 0.0, state.step)
+
+
+def checked_gradient(gradient: Any, dim: int, logdensity: float) -> FloatArray:
+    """A told gradient as an array: ``ValueError`` unless it has ``dim`` numbers, all
+    finite where the log density is (at ``-inf`` it is not used)."""
+    g = np.asarray(gradient, dtype=np.float64)
+    if g.shape != (dim,):
+        raise ValueError(f"the gradient must have {dim} values, not shape {g.shape}")
+    if math.isfinite(logdensity) and not np.isfinite(g).all():
+        raise ValueError("the gradient must be finite where the log density is")
+    return frozen_array(g)
+
+
+def tell(
+    state: State, params: Params, proposal: Proposal, logdensity: float
+) -> tuple[State, StepInfo]:
+    raise ValueError(f"{NAME} needs the gradient of the log density at every point")
+
+
+def tell_gradient(
+    state: State, params: Params, proposal: Proposal, logdensity: float, gradient: FloatArray
+) -> tuple[State, StepInfo]:
+    """Everything after the evaluation of ``proposal``, with its gradient."""
+    if math.isnan(logdensity) or logdensity == math.inf:
+        raise ValueError("log density must be a number or -inf")
+    g = checked_gradient(gradient, params.dim, logdensity)
+    if proposal.kind == "init":
+        return _tell_initial(state, params, proposal, logdensity, g)
+    if proposal.kind == "gradient_check":
+        new, info = check_tell(state, proposal, logdensity, g)
+        return new.evolve(evaluations=state.evaluations + 1), info
+    expected = ask(state, params)
+    if (proposal.kind, proposal.iteration, proposal.step) != (
+        expected.kind,
+        expected.iteration,
+        expected.step,
+    ):
+        raise ValueError("proposal does not belong to this state")
+    t = proposal.iteration
+    if logdensity == -math.inf:
+        log_correction = 0.0
+    else:
+        with np.errstate(over="ignore", invalid="ignore"):
+            log_correction = _log_q(state, state.position, proposal.position, g) - _log_q(
+                state, proposal.position, state.position, state.gradient
+            )
+    u_accept = float(generator(state.seed, state.chain, t, Stream.ACCEPT).random())
+    scored = Proposal(t, "proposal", proposal.position, log_correction)
+    new, info = accept_or_reject(state, scored, logdensity, u_accept, warmup=params.warmup)
+    new = new.evolve(
+        gradient=g if info.outcome == "accepted" else state.gradient,
+        step=0,
+        evaluations=state.evaluations + 1,
+    )
+    changes = warmup_changes(new, params, info.acceptance_probability, t)
+    return (new.evolve(**changes) if changes else new), info
+
+
+def _tell_initial(
+    state: State, params: Params, proposal: Proposal, logdensity: float, g: FloatArray
+) -> tuple[State, StepInfo]:
+    if (proposal.iteration, state.logdensity) != (state.iteration, None):
+        raise ValueError("proposal does not belong to this state")
+    new, info = tell_initial(state, proposal, logdensity)
+    if info.outcome != "initialized":
+        return new, info  # waits for a new initial point, as it was
+    step_size = state.step_size
+    if params.step_size is None and state.iteration == 0:
+        step_size = initial_step_size(g, state.metric)
+    return (
+        new.evolve(
+            gradient=g,
+            evaluations=state.evaluations + 1,
+            step_size=step_size,
+            adapt=DualAveraging.start(step_size) if state.iteration == 0 else state.adapt,
+        ),
+        info,
+    )
+
+
+def chain_floats(dim: int, params: Params) -> int:
+    """The floats one chain keeps and works with, at most (:mod:`core.memory`)."""
+    return 16 * dim + (3 * dim * dim if params.metric == "dense" else 0)
+
+
+#: The sampler as the registry (:data:`core.SAMPLERS`) knows it.
+SAMPLER: Sampler[State, Params] = Sampler(
+    name=NAME,
+    Params=Params,
+    State=State,
+    make_params=make_params,
+    init=init,
+    ask=ask,
+    tell=tell,
+    chain_floats=chain_floats,
+    evaluation=Evaluation(gradient=True),
+    tell_gradient=tell_gradient,
+)

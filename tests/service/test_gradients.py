@@ -1,0 +1,187 @@
+"""Gradient samplers over HTTP: told gradients checked and used, the evaluations within a
+transition handed out and told like proposals, exactly once, on every store."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+from fastapi.testclient import TestClient
+
+from tests.service.conftest import ProblemCheck
+
+Json = dict[str, Any]
+SCALES = np.array([1e-3, 1.0, 1e3])
+
+
+def _scaled(x: list[float]) -> tuple[float, list[float]]:
+    z = np.asarray(x) / SCALES
+    return -0.5 * float(z @ z), (-z / SCALES).tolist()
+
+
+def _create(api: TestClient, **fields: Any) -> str:
+    body = {"algorithm": "mala", "dim": 3, "chains": 2, "seed": 5, "warmup": 10, **fields}
+    response = api.post("/v1/sessions", json=body)
+    assert response.status_code == 201, response.text
+    sid: str = response.json()["id"]
+    return sid
+
+
+def _run(api: TestClient, sid: str, fn: Any = _scaled, batch: int = 8) -> list[Json]:
+    """Answer ``fn`` (log density and gradient) until nothing more is handed out; every
+    proposal told."""
+    proposals = api.post(f"/v1/sessions/{sid}/ask", json={"max": batch}).json()["proposals"]
+    seen: list[Json] = []
+    while proposals:
+        results = []
+        for p in proposals:
+            value, gradient = fn(p["x"])
+            results.append({"id": p["id"], "log_density": value, "gradient": gradient})
+        answer = api.post(f"/v1/sessions/{sid}/step", json={"results": results, "max": batch})
+        assert answer.status_code == 200, answer.text
+        seen += proposals
+        proposals = answer.json()["proposals"]
+    return seen
+
+
+def test_mala_samples_a_target_in_any_units_over_http(client: TestClient) -> None:
+    sid = _create(client, chains=4, warmup=500, max_iterations=1500)
+    seen = _run(client, sid)
+    checks = [p for p in seen if p["kind"] == "gradient_check"]
+    # Chain 0 checks the gradient at its initial point: 2 points per coordinate, the
+    # first steps of its first transition.
+    assert [p["id"] for p in checks] == ["c0.i1"] + [f"c0.i1.s{k}" for k in range(1, 6)]
+    assert all(p["chain"] == 0 and p["iteration"] == 1 for p in checks)
+    assert [p["step"] for p in checks] == [0, 1, 2, 3, 4, 5]
+    # The transition goes on after the check: its proposal is the seventh evaluation.
+    assert [p["id"] for p in seen if p["chain"] == 0 and p["iteration"] == 1][-1] == "c0.i1.s6"
+    page = client.get(f"/v1/sessions/{sid}/draws").json()
+    draws = np.concatenate([np.array(c["draws"]) for c in page["chains"]])
+    # 4000 draws with an ESS in the thousands (tests/core/test_mala.py): each
+    # coordinate's sd within 10 % of its scale, its mean within 0.1 scales.
+    np.testing.assert_allclose(draws.std(axis=0) / SCALES, 1.0, rtol=0.1)
+    assert np.all(np.abs(draws.mean(axis=0) / SCALES) < 0.1)
+    summary = client.get(f"/v1/sessions/{sid}").json()
+    evaluations = [c["evaluations"] for c in summary["chain_summaries"]]
+    assert evaluations == [1 + 6 + 1500, 1 + 1500, 1 + 1500, 1 + 1500]
+
+
+def test_the_first_check_point_is_step_0_of_the_first_transition(client: TestClient) -> None:
+    sid = _create(client, chains=1)
+    (init,) = client.post(f"/v1/sessions/{sid}/ask", json={"max": 1}).json()["proposals"]
+    value, gradient = _scaled(init["x"])
+    answer = client.post(
+        f"/v1/sessions/{sid}/step",
+        json={"results": [{"id": init["id"], "log_density": value, "gradient": gradient}]},
+    ).json()
+    (first,) = answer["proposals"]
+    assert (first["id"], first["kind"], first["iteration"], first["step"]) == (
+        "c0.i1",
+        "gradient_check",
+        1,
+        0,
+    )
+    value, gradient = _scaled(first["x"])
+    told = {"id": first["id"], "log_density": value, "gradient": gradient}
+    answer = client.post(f"/v1/sessions/{sid}/step", json={"results": [told]}).json()
+    assert answer["results"][0]["outcome"] == "step"
+    (second,) = answer["proposals"]
+    assert (second["id"], second["step"]) == ("c0.i1.s1", 1)
+    # Told again: acknowledged, nothing applied twice.
+    again = client.post(f"/v1/sessions/{sid}/tell", json={"results": [told]}).json()
+    assert again["results"][0]["outcome"] == "duplicate"
+    # A step not handed out yet is not outstanding.
+    ahead = {"id": "c0.i1.s2", "log_density": 0.0, "gradient": [0.0, 0.0, 0.0]}
+    refused = client.post(f"/v1/sessions/{sid}/tell", json={"results": [ahead]})
+    assert refused.status_code == 409, refused.text
+    # The step after it is what the chain waits for still.
+    leased = client.post(
+        f"/v1/sessions/{sid}/leases", json={"ids": ["c0.i1.s1"], "lease_seconds": 30}
+    )
+    assert leased.status_code == 200, leased.text
+
+
+def test_a_wrong_gradient_stops_the_session_naming_the_coordinate(
+    client: TestClient, assert_problem: ProblemCheck
+) -> None:
+    def wrong(x: list[float]) -> tuple[float, list[float]]:
+        value, gradient = _scaled(x)
+        gradient[1] *= 3.0
+        return value, gradient
+
+    sid = _create(client, chains=1)
+    proposals = client.post(f"/v1/sessions/{sid}/ask", json={"max": 1}).json()["proposals"]
+    for _ in range(20):
+        results = [
+            {"id": p["id"], "log_density": wrong(p["x"])[0], "gradient": wrong(p["x"])[1]}
+            for p in proposals
+        ]
+        response = client.post(f"/v1/sessions/{sid}/step", json={"results": results})
+        if response.status_code != 200:
+            break
+        proposals = response.json()["proposals"]
+    body = assert_problem(response, 422)
+    assert body["type"].endswith("/sampler-failed")
+    assert "coordinate 1" in body["detail"] and "finite differences" in body["detail"]
+    summary = client.get(f"/v1/sessions/{sid}").json()
+    assert summary["stopped_by"] == "sampler_error"
+
+
+def test_gradients_that_do_not_fit_are_refused_and_nothing_is_lost(
+    client: TestClient, assert_problem: ProblemCheck
+) -> None:
+    sid = _create(client, chains=1)
+    (init,) = client.post(f"/v1/sessions/{sid}/ask", json={"max": 1}).json()["proposals"]
+    cases = [
+        ({}, "results.0.gradient", "needs the gradient"),
+        ({"gradient": [0.0, 0.0]}, "results.0.gradient", "3 values"),
+        ({"gradient": [0.0, "x", 0.0]}, "results.0.gradient.1", "number"),
+    ]
+    for extra, field, words in cases:
+        response = client.post(
+            f"/v1/sessions/{sid}/tell",
+            json={"results": [{"id": init["id"], "log_density": -1.0, **extra}]},
+        )
+        body = assert_problem(response, 422)
+        assert words in body["detail"], body
+        assert field in str(body), body
+    # Nothing was applied: the initial point is still outstanding, and a right tell
+    # initialises it.
+    value, gradient = _scaled(init["x"])
+    ok = client.post(
+        f"/v1/sessions/{sid}/tell",
+        json={"results": [{"id": init["id"], "log_density": value, "gradient": gradient}]},
+    )
+    assert ok.json()["results"][0]["outcome"] == "initialized"
+
+
+def test_minus_infinity_needs_no_gradient(client: TestClient) -> None:
+    sid = _create(client, chains=1, initial=[[0.0, 0.0, 0.0]], initial_radius=0.001)
+    (init,) = client.post(f"/v1/sessions/{sid}/ask", json={"max": 1}).json()["proposals"]
+    response = client.post(
+        f"/v1/sessions/{sid}/tell",
+        json={"results": [{"id": init["id"], "log_density": "-inf"}]},
+    )
+    assert response.status_code == 200, response.text
+    assert response.json()["results"][0]["outcome"] == "outside_support"
+
+
+def test_pseudo_marginal_needs_a_sampler_without_gradients(
+    client: TestClient, assert_problem: ProblemCheck
+) -> None:
+    body = {"algorithm": "mala", "dim": 2, "pseudo_marginal": True}
+    problem = assert_problem(client.post("/v1/sessions", json=body), 422)
+    assert "pseudo_marginal" in problem["detail"]
+
+
+def test_same_seed_and_told_values_replay_bit_for_bit(client: TestClient) -> None:
+    a, b = _create(client, max_iterations=40), _create(client, max_iterations=40)
+    _run(client, a, batch=1)
+    _run(client, b, batch=2)
+    pages = [
+        client.get(f"/v1/sessions/{s}/draws", params={"include_warmup": "true"}).json()
+        for s in (a, b)
+    ]
+    assert pages[0]["chains"] == pages[1]["chains"]
+    assert math.isfinite(pages[0]["chains"][0]["draws"][-1][0])

@@ -32,7 +32,6 @@ from typing import Any, Literal
 
 import numpy as np
 
-from kameleon.core.adaptation import Welford
 from kameleon.core.arithmetic import exp1, log1
 from kameleon.core.base import (
     ChainState,
@@ -47,7 +46,7 @@ from kameleon.core.base import (
     params_parser,
 )
 from kameleon.core.gradient_check import Check, check_ask, check_tell, start_check
-from kameleon.core.gradient_warmup import DualAveraging, warmup_changes
+from kameleon.core.gradient_warmup import DualAveraging, MetricWindow, warmup_changes
 from kameleon.core.hamiltonian import (
     DIVERGENCE,
     check_gradient,
@@ -163,7 +162,7 @@ class State(ChainState):
     adapt: DualAveraging
     step_size: float
     metric: FloatArray
-    window: Welford
+    window: MetricWindow
     n_steps: int
     diverging: bool
     divergences: int
@@ -192,7 +191,7 @@ def init(position: Any, params: Params, *, seed: int, chain: int) -> State:
         adapt=DualAveraging.start(step_size),
         step_size=step_size,
         metric=initial_metric(d, params.metric),
-        window=Welford.empty(d),
+        window=MetricWindow.empty(d, params.metric == "dense"),
         n_steps=0,
         diverging=False,
         divergences=0,
@@ -349,10 +348,10 @@ def _end(
 
 def chain_floats(dim: int, params: Params) -> int:
     """The floats one chain keeps and works with, at most (:mod:`core.memory`): the
-    position, gradient, trajectory and momentum vectors, the metric and the warm-up
-    window's covariance."""
-    metric = dim * dim if params.metric == "dense" else dim
-    return 12 * dim + 2 * metric + 2 * dim * dim
+    position, gradient and trajectory (5 vectors), the metric window (4, and the
+    positions' outer products for a dense metric), the metric, and the vectors and
+    Cholesky factor a leapfrog step works with."""
+    return 16 * dim + (3 * dim * dim if params.metric == "dense" else 0)
 
 
 #: The sampler as the registry (:data:`core.SAMPLERS`) knows it.

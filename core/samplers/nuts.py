@@ -41,7 +41,6 @@ from typing import Any, Literal
 
 import numpy as np
 
-from kameleon.core.adaptation import Welford
 from kameleon.core.arithmetic import exp1, log1
 from kameleon.core.base import (
     ChainState,
@@ -56,7 +55,7 @@ from kameleon.core.base import (
     params_parser,
 )
 from kameleon.core.gradient_check import Check, check_ask, check_tell, start_check
-from kameleon.core.gradient_warmup import DualAveraging, warmup_changes
+from kameleon.core.gradient_warmup import DualAveraging, MetricWindow, warmup_changes
 from kameleon.core.hamiltonian import (
     DIVERGENCE,
     check_gradient,
@@ -231,7 +230,7 @@ class State(ChainState):
     adapt: DualAveraging
     step_size: float
     metric: FloatArray
-    window: Welford
+    window: MetricWindow
     tree_depth: int
     n_steps: int
     diverging: bool
@@ -256,7 +255,7 @@ def init(position: Any, params: Params, *, seed: int, chain: int) -> State:
         adapt=DualAveraging.start(step_size),
         step_size=step_size,
         metric=initial_metric(d, params.metric),
-        window=Welford.empty(d),
+        window=MetricWindow.empty(d, params.metric == "dense"),
         tree_depth=0,
         n_steps=0,
         diverging=False,
@@ -536,10 +535,12 @@ def _end(
 
 def chain_floats(dim: int, params: Params) -> int:
     """The floats one chain keeps and works with, at most (:mod:`core.memory`): the
-    tree's points and momentum sum, its ``2 max_tree_depth`` checkpoints, the metric
-    and the warm-up window's covariance."""
-    metric = dim * dim if params.metric == "dense" else dim
-    return (24 + 4 * params.max_tree_depth) * dim + 2 * metric + 2 * dim * dim
+    position and gradient, the tree's four points (3 vectors each) and momentum sum,
+    its ``3 max_tree_depth`` checkpoints, the metric window (4 vectors, and the
+    positions' outer products for a dense metric), the metric, and the vectors and
+    Cholesky factor a leapfrog step works with."""
+    dense = 3 * dim * dim if params.metric == "dense" else 0
+    return (25 + 3 * params.max_tree_depth) * dim + dense
 
 
 #: The sampler as the registry (:data:`core.SAMPLERS`) knows it.

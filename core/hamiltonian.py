@@ -141,22 +141,20 @@ def tell_initial_gradient(
     state: Any, params: Any, logdensity: float, gradient: FloatArray, **restart: Any
 ) -> tuple[Any, StepInfo]:
     """The initial point's tell for a gradient sampler: a finite log density sets the
-    log density, the gradient (and the first step size, unless given); ``-inf`` leaves
-    the chain waiting for a new initial point. ``restart``: the sampler's fields of a
-    trajectory in progress, as at a transition's start."""
-    evaluations = state.evaluations + 1
+    log density and the gradient (and, for a new chain, the first step size unless
+    given; a chain given a new initial point later keeps its adapted one); ``-inf``
+    leaves the chain as it was, waiting for a new initial point. ``restart``: the
+    sampler's fields of a trajectory in progress, as at a transition's start."""
     if logdensity == -math.inf:
-        return state.evolve(evaluations=evaluations), StepInfo(
-            state.iteration, "outside_support", 0.0, True
-        )
+        return state, StepInfo(state.iteration, "outside_support", 0.0, True)
     changes: dict[str, Any] = {}
-    if params.step_size is None:
+    if params.step_size is None and state.iteration == 0:
         step_size = initial_step_size(gradient, state.metric)
         changes = {"step_size": step_size, "adapt": DualAveraging.start(step_size)}
     new = state.evolve(
         logdensity=float(logdensity),
         gradient=frozen_array(gradient),
-        evaluations=evaluations,
+        evaluations=state.evaluations + 1,
         step=0,
         **restart,
         **changes,

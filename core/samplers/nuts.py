@@ -35,6 +35,7 @@ place and its tell ends the transition as a divergence.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -220,7 +221,8 @@ class State(ChainState):
         diverged, the divergences after warm-up so far, the Hamiltonian at the draw
         (Stan's ``treedepth__``, ``n_leapfrog__``, ``divergent__``, ``energy__``).
     trajectory
-        The transition's tree in progress; ``None`` before its first point is told.
+        The transition's tree in progress; with no point told (``points`` 0), the
+        last one's, stale: the state keeps its shape between transitions.
     """
 
     gradient: FloatArray
@@ -236,7 +238,7 @@ class State(ChainState):
     diverging: bool
     divergences: int
     energy: float
-    trajectory: Trajectory | None
+    trajectory: Trajectory
 
 
 make_params = params_parser(Params)
@@ -261,7 +263,7 @@ def init(position: Any, params: Params, *, seed: int, chain: int) -> State:
         diverging=False,
         divergences=0,
         energy=math.nan,
-        trajectory=None,
+        trajectory=_idle(d, params),
     )
 
 
@@ -284,9 +286,20 @@ def _frozen(a: FloatArray) -> FloatArray:
     return a
 
 
+def _idle(dim: int, params: Params) -> Trajectory:
+    """A new chain's placeholder for its trees."""
+    zeros = frozen_array(np.zeros(dim))
+    point = Point(zeros, zeros, zeros, 0.0, 0.0)
+    empty = frozen_array(np.zeros((params.max_tree_depth, dim)))
+    return Trajectory(
+        point, point, point, False, point, zeros, empty, empty, empty,
+        0, 0, 0, 0.0, 0.0, 0.0, -math.inf,
+    )  # fmt: skip
+
+
 def _begin(state: State, params: Params) -> Trajectory:
     """The tree in progress, or a new one of the starting point alone."""
-    if state.trajectory is not None:
+    if state.trajectory.points:
         return state.trajectory
     t = state.iteration + 1
     momentum = draw_momentum(generator(state.seed, state.chain, t, Stream.PROPOSE), state.metric)
@@ -358,7 +371,8 @@ def tell_gradient(
     if state.logdensity is None:
         if proposal.kind != "init" or proposal.iteration != state.iteration:
             raise ValueError("proposal does not belong to this state")
-        return tell_initial_gradient(state, params, logdensity, g, trajectory=None)
+        idle = dataclasses.replace(state.trajectory, points=0)
+        return tell_initial_gradient(state, params, logdensity, g, trajectory=idle)
     t = state.iteration + 1
     if (
         state.check.pending
@@ -526,7 +540,7 @@ def _end(
         diverging=diverging,
         divergences=state.divergences + (diverging and t > params.warmup),
         energy=sample.energy,
-        trajectory=None,
+        trajectory=dataclasses.replace(tree, points=0),
     )
     new = new.evolve(**warmup_changes(new, params, prob, t))
     outcome: Literal["accepted", "rejected"] = "accepted" if tree.moved else "rejected"

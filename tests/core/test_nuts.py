@@ -141,7 +141,7 @@ def test_asking_twice_gives_the_same_point_and_every_tree_point_is_leapfrog() ->
         new, info = nuts.tell_gradient(state, params, a, value, gradient)
         if info.outcome in ("accepted", "rejected"):
             # A transition's end: the tree's size and the draw's bookkeeping.
-            assert new.trajectory is None and new.n_steps >= 1
+            assert new.trajectory.points == 0 and new.n_steps >= 1
             assert new.n_steps <= 2**new.tree_depth - 1
             assert (info.outcome == "accepted") == (new.accepted == state.accepted + 1)
             assert 0.0 <= info.acceptance_probability <= 1.0
@@ -161,7 +161,7 @@ def test_a_state_round_trips_through_the_codec_mid_tree() -> None:
     f = gaussian(*CORRELATED)
     state = nuts.init(np.array([0.3, 0.1]), params, seed=5, chain=2)
     state, _ = drive(params, f, state, 700)
-    while state.trajectory is None or state.trajectory.depth < 2 or state.trajectory.leaf < 1:
+    while state.trajectory.points == 0 or state.trajectory.depth < 2 or state.trajectory.leaf < 1:
         state, _ = drive(params, f, state, 1)
     hot, cold = encode(state)
     copy = decode(json.loads(json.dumps(hot)), json.loads(json.dumps(cold)))

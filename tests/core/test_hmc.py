@@ -278,3 +278,21 @@ def test_options_are_checked() -> None:
         with pytest.raises(OptionError):
             hmc.make_params(2, options, warmup=10)
     assert hmc.chain_floats(10, hmc.make_params(10, {}, warmup=10)) > 0
+
+
+def test_replay_through_the_codec_at_every_evaluation_is_bit_for_bit() -> None:
+    # As a service that stores the state between two requests: each state decoded
+    # from its JSON before the next ask and tell.
+    params = hmc.make_params(3, {}, warmup=50)
+    f = gaussian(np.zeros(3), np.diag([1.0, 4.0, 0.25]))
+    start = np.array([0.5, -1.0, 0.2])
+    direct, log = drive(params, f, hmc.init(start, params, seed=9, chain=0), 800)
+    state = hmc.init(start, params, seed=9, chain=0)
+    for proposal, _ in log:
+        hot, cold = encode(state)
+        state = decode(json.loads(json.dumps(hot)), json.loads(json.dumps(cold)))
+        again = hmc.ask(state, params)
+        assert again.position.tobytes() == proposal.position.tobytes()
+        value, gradient = f(again.position)
+        state, _ = hmc.tell_gradient(state, params, again, value, gradient)
+    assert encode(state) == encode(direct)

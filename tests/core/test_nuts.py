@@ -337,3 +337,21 @@ def test_ess_per_gradient_against_hmc_on_a_10d_gaussian() -> None:
         report[module.NAME] = (ess / after, ess_sq / after, after / 1000)
     print("min ESS per gradient (mean, square), gradients per draw:", report)
     assert all(v[0] > 0.005 and v[1] > 0.002 for v in report.values()), report
+
+
+def test_replay_through_the_codec_at_every_evaluation_is_bit_for_bit() -> None:
+    # As a service that stores the state between two requests: each state decoded
+    # from its JSON before the next ask and tell.
+    params = nuts.make_params(3, {}, warmup=50)
+    f = gaussian(np.zeros(3), np.diag([1.0, 4.0, 0.25]))
+    start = np.array([0.5, -1.0, 0.2])
+    direct, log = drive(params, f, nuts.init(start, params, seed=9, chain=0), 800)
+    state = nuts.init(start, params, seed=9, chain=0)
+    for proposal, _ in log:
+        hot, cold = encode(state)
+        state = decode(json.loads(json.dumps(hot)), json.loads(json.dumps(cold)))
+        again = nuts.ask(state, params)
+        assert again.position.tobytes() == proposal.position.tobytes()
+        value, gradient = f(again.position)
+        state, _ = nuts.tell_gradient(state, params, again, value, gradient)
+    assert encode(state) == encode(direct)

@@ -1,0 +1,170 @@
+"""What the Hamiltonian samplers (HMC, NUTS) share: the kinetic energy of a momentum
+under an inverse metric, momentum draws, one leapfrog step split at its log-density
+evaluation, the U-turn test, and the checks of a told gradient.
+
+The inverse metric ``metric`` (the covariance shape of the positions the sampler moves
+along; ``M^-1`` of the mass matrix ``M``) is a vector ``(d,)`` (diagonal) or a matrix
+``(d, d)`` (dense). The momentum is ``p ~ N(0, M)``; the kinetic energy ``p^T M^-1 p / 2``;
+the Hamiltonian ``H = -log pi(q) + K(p)``.
+
+A leapfrog step ``(q, p, g) -> (q', p', g')`` with step ``eps`` (negative: backward in
+time) needs the gradient at ``q'``, which a client evaluates: it is split in two,
+:func:`leapfrog_position` (``p_half = p + eps/2 g``, ``q' = q + eps M^-1 p_half``,
+before the evaluation, in ``ask``) and :func:`leapfrog_momentum` (``p' = p_half + eps/2
+g'``, in ``tell``). Both are pure functions of the state, so ``tell`` recomputes what
+``ask`` handed out instead of storing it.
+
+All arithmetic goes through :mod:`core.arithmetic` (the same bits on every CPU).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from kameleon.core.arithmetic import cholesky, dot, exp1, log1, matvec, solve_upper
+from kameleon.core.base import FloatArray, StepInfo, frozen_array
+from kameleon.core.gradient_warmup import DualAveraging, initial_step_size
+
+__all__ = [
+    "DIVERGENCE",
+    "check_gradient",
+    "draw_momentum",
+    "initial_metric",
+    "is_turning",
+    "kinetic_energy",
+    "leapfrog_momentum",
+    "leapfrog_position",
+    "log_add_exp",
+    "tell_initial_gradient",
+    "velocity",
+]
+
+#: An energy error ``H - H0`` above this ends a trajectory as a divergence (Stan's 1000).
+DIVERGENCE = 1000.0
+
+
+def velocity(momentum: FloatArray, metric: FloatArray) -> FloatArray:
+    """``M^-1 p``."""
+    if metric.ndim == 2:
+        return matvec(metric, momentum)
+    out: FloatArray = metric * momentum
+    return out
+
+
+def kinetic_energy(momentum: FloatArray, metric: FloatArray) -> float:
+    """``p^T M^-1 p / 2`` (``inf`` when it overflows or the momentum is not finite)."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        value = 0.5 * dot(momentum, velocity(momentum, metric))
+    return value if math.isfinite(value) else math.inf
+
+
+def draw_momentum(rng: np.random.Generator, metric: FloatArray) -> FloatArray:
+    """A momentum ``p ~ N(0, M)`` for the inverse metric ``metric``: ``z / sqrt(m)`` for
+    a diagonal one, ``C^-T z`` for a dense one with ``metric = C C^T`` (whose covariance
+    is ``C^-T C^-1 = M``)."""
+    z: FloatArray = np.asarray(rng.standard_normal(metric.shape[0]), dtype=np.float64)
+    if metric.ndim == 2:
+        return solve_upper(cholesky(metric).T.copy(), z)
+    out: FloatArray = z / np.sqrt(metric)
+    return out
+
+
+def leapfrog_position(
+    position: FloatArray,
+    momentum: FloatArray,
+    gradient: FloatArray,
+    step: float,
+    metric: FloatArray,
+) -> tuple[FloatArray, FloatArray]:
+    """The first half of a leapfrog step: ``(q', p_half)``."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        half = momentum + (0.5 * step) * gradient
+        new = position + step * velocity(half, metric)
+    return new, half
+
+
+def leapfrog_momentum(half: FloatArray, gradient: FloatArray, step: float) -> FloatArray:
+    """The second half of a leapfrog step: ``p' = p_half + eps/2 g'``."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        out: FloatArray = half + (0.5 * step) * gradient
+    return out
+
+
+def is_turning(
+    momentum_left: FloatArray,
+    momentum_right: FloatArray,
+    momentum_sum: FloatArray,
+    metric: FloatArray,
+) -> bool:
+    """The generalised U-turn criterion (Betancourt 2017): a trajectory from the state
+    with ``momentum_left`` to the one with ``momentum_right`` whose momenta add up to
+    ``momentum_sum`` (``rho``) turns when ``rho . M^-1 p`` is not positive at either
+    end. Symmetric in the two ends, so it holds for a trajectory built backward."""
+    left = dot(velocity(momentum_left, metric), momentum_sum)
+    right = dot(velocity(momentum_right, metric), momentum_sum)
+    # Not a number (an overflowed sum) turns: the trajectory ends rather than goes on.
+    return not (left > 0.0 and right > 0.0)
+
+
+def check_gradient(name: str, logdensity: float, gradient: object, dim: int) -> FloatArray:
+    """The told ``gradient`` as a float64 vector, or ``ValueError``: a log density that
+    is not a number or ``-inf``, a gradient that is not of shape ``(dim,)``, or one that
+    is not finite where the log density is."""
+    if math.isnan(logdensity) or logdensity == math.inf:
+        raise ValueError("log density must be a number or -inf")
+    try:
+        g = np.asarray(gradient, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name}: the gradient must be a vector of {dim} numbers") from exc
+    if g.shape != (dim,):
+        raise ValueError(
+            f"{name}: the gradient must have shape ({dim},), the told one has {g.shape}"
+        )
+    if logdensity != -math.inf and not np.all(np.isfinite(g)):
+        bad = int(np.flatnonzero(~np.isfinite(g))[0])
+        raise ValueError(
+            f"{name}: the gradient is not finite (coordinate {bad} is {g[bad]!r}) where "
+            "the log density is"
+        )
+    return g
+
+
+def initial_metric(dim: int, kind: str) -> FloatArray:
+    """The inverse metric before any is estimated: the identity."""
+    return frozen_array(np.eye(dim) if kind == "dense" else np.ones(dim))
+
+
+def tell_initial_gradient(
+    state: Any, params: Any, logdensity: float, gradient: FloatArray, **restart: Any
+) -> tuple[Any, StepInfo]:
+    """The initial point's tell for a gradient sampler: a finite log density sets the
+    log density and the gradient (and, for a new chain, the first step size unless
+    given; a chain given a new initial point later keeps its adapted one); ``-inf``
+    leaves the chain as it was, waiting for a new initial point. ``restart``: the
+    sampler's fields of a trajectory in progress, as at a transition's start."""
+    if logdensity == -math.inf:
+        return state, StepInfo(state.iteration, "outside_support", 0.0, True)
+    changes: dict[str, Any] = {}
+    if params.step_size is None and state.iteration == 0:
+        step_size = initial_step_size(gradient, state.metric)
+        changes = {"step_size": step_size, "adapt": DualAveraging.start(step_size)}
+    new = state.evolve(
+        logdensity=float(logdensity),
+        gradient=frozen_array(gradient),
+        evaluations=state.evaluations + 1,
+        step=0,
+        **restart,
+        **changes,
+    )
+    return new, StepInfo(state.iteration, "initialized", 1.0, True)
+
+
+def log_add_exp(a: float, b: float) -> float:
+    """``log(exp(a) + exp(b))`` with :func:`core.arithmetic.exp1` and ``log1``."""
+    high, low = (a, b) if a >= b else (b, a)
+    if low == -math.inf:
+        return high
+    return high + log1(1.0 + exp1(low - high))

@@ -1,0 +1,370 @@
+"""Hamiltonian Monte Carlo (Duane et al. 1987; Neal 2011) with a fixed number of
+leapfrog steps and a jittered step size, asked and told one leapfrog point at a time.
+
+A transition from ``x`` draws a momentum ``p ~ N(0, M)`` (``M`` the inverse of the
+inverse metric ``metric``) from the iteration's proposal stream and a step size
+``eps (1 + jitter (2u - 1))`` from its mixture stream (``u`` uniform: the jitter depends
+only on the seed, the chain and the iteration, never on the state), then integrates
+``num_steps`` leapfrog steps. Every leapfrog point is handed out by ``ask`` as its own
+proposal and told back with its log density and gradient: the points before the last
+as ``"leapfrog"``, the end point as ``"proposal"``; the trajectory in progress (the last
+point told, its momentum and gradient, and the starting energy) is in the state. At the
+end point the chain moves there with probability ``min(1, exp(H0 - H))`` (the accept
+stream's uniform), the acceptance statistic the step size adapts to.
+
+A point whose log density is ``-inf``, or whose energy error ``H - H0`` exceeds 1000 (or
+is not a number), ends the transition as a divergence: rejected, the chain stays put,
+the points left are not asked for. A next point that overflows is never handed out:
+``ask`` hands out the current position in its place and the told value ends the
+transition as a divergence.
+
+The warm-up is Stan's (:mod:`core.gradient_warmup`): dual averaging of the step size
+toward ``target_acceptance``, the inverse metric from windows of positions. The first
+chains check the told gradient against finite differences at the initial point
+(:mod:`core.gradient_check`) before their first trajectory.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from kameleon.core.arithmetic import exp1, log1
+from kameleon.core.base import (
+    ChainState,
+    Evaluation,
+    FloatArray,
+    OptionError,
+    Proposal,
+    Sampler,
+    StepInfo,
+    frozen_array,
+    new_chain_fields,
+    params_parser,
+)
+from kameleon.core.gradient_check import Check, check_ask, check_tell, start_check
+from kameleon.core.gradient_warmup import DualAveraging, MetricWindow, warmup_changes
+from kameleon.core.hamiltonian import (
+    DIVERGENCE,
+    check_gradient,
+    draw_momentum,
+    initial_metric,
+    kinetic_energy,
+    leapfrog_momentum,
+    leapfrog_position,
+    tell_initial_gradient,
+)
+from kameleon.core.rng import Stream, generator
+from kameleon.core.serialization import register
+
+__all__ = [
+    "NAME",
+    "SAMPLER",
+    "Params",
+    "State",
+    "ask",
+    "chain_floats",
+    "init",
+    "make_params",
+    "tell",
+    "tell_gradient",
+]
+
+NAME = "hmc"
+
+
+@dataclass(frozen=True, slots=True)
+class Params:
+    """Options of Hamiltonian Monte Carlo.
+
+    Attributes
+    ----------
+    num_steps
+        Leapfrog steps per transition (default 16).
+    step_jitter
+        Each transition's step size is the adapted one times a uniform factor in
+        ``[1 - step_jitter, 1 + step_jitter]`` (default 0.5; 0 for none): a fixed
+        integration time resonates with the target (on a Gaussian, 0.1 gave 8 times
+        fewer effective draws per gradient than 0.5).
+    step_size
+        Initial step size; default from the gradient at the initial point.
+    target_acceptance
+        Target of the step-size adaptation (default 0.8).
+    adapt_step_size
+        Adapt the step size during warm-up (default true).
+    adapt_metric
+        Estimate the inverse metric during warm-up (default true).
+    metric
+        ``"diag"`` (default), ``"dense"`` or ``"unit"`` (the identity, never adapted).
+    gradient_check
+        The first this many chains check the told gradient at their initial point
+        against finite differences (default 1).
+    """
+
+    dim: int
+    warmup: int
+    num_steps: int = 16
+    step_jitter: float = 0.5
+    step_size: float | None = None
+    target_acceptance: float = 0.8
+    adapt_step_size: bool = True
+    adapt_metric: bool = True
+    metric: Literal["diag", "dense", "unit"] = "diag"
+    gradient_check: int = 1
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.num_steps <= 100_000:
+            raise OptionError("num_steps", "must be in [1, 100000]")
+        if not 0 <= self.step_jitter < 1:
+            raise OptionError("step_jitter", "must be in [0, 1)")
+        if self.step_size is not None and not self.step_size > 0:
+            raise OptionError("step_size", "must be positive")
+        if not 0 < self.target_acceptance < 1:
+            raise OptionError("target_acceptance", "must be in (0, 1)")
+        if self.gradient_check < 0:
+            raise OptionError("gradient_check", "must be non-negative")
+
+
+@register("hmc.State")
+@dataclass(frozen=True, slots=True)
+class State(ChainState):
+    """An HMC chain.
+
+    Attributes
+    ----------
+    gradient
+        The log density's gradient at ``position``.
+    step
+        Evaluations told in the current transition (the next ask's ``Proposal.step``).
+    evaluations
+        Every evaluation told (initial point and gradient check included).
+    check
+        The gradient check (:mod:`core.gradient_check`).
+    adapt, step_size, metric, window
+        The warm-up (:mod:`core.gradient_warmup`); ``metric`` is the inverse metric.
+    n_steps, diverging, divergences, energy
+        Of the last transition: its leapfrog steps, whether it diverged, the
+        divergences after warm-up so far, the Hamiltonian at the draw.
+    leapfrog
+        Leapfrog points of the current trajectory told (0: none yet).
+    traj_position, traj_momentum, traj_gradient, traj_energy0
+        The trajectory in progress: its last point told, the momentum and gradient
+        there, and the Hamiltonian at its start (stale when ``leapfrog`` is 0).
+    """
+
+    gradient: FloatArray
+    step: int
+    evaluations: int
+    check: Check
+    adapt: DualAveraging
+    step_size: float
+    metric: FloatArray
+    window: MetricWindow
+    n_steps: int
+    diverging: bool
+    divergences: int
+    energy: float
+    leapfrog: int
+    traj_position: FloatArray
+    traj_momentum: FloatArray
+    traj_gradient: FloatArray
+    traj_energy0: float
+
+
+make_params = params_parser(Params)
+
+
+def init(position: Any, params: Params, *, seed: int, chain: int) -> State:
+    fields = new_chain_fields(position, seed=seed, chain=chain)
+    d = fields["position"].size
+    zeros = frozen_array(np.zeros(d))
+    step_size = params.step_size if params.step_size is not None else 1.0
+    return State(
+        **fields,
+        gradient=zeros,
+        step=0,
+        evaluations=0,
+        check=start_check(chain, params.gradient_check),
+        adapt=DualAveraging.start(step_size),
+        step_size=step_size,
+        metric=initial_metric(d, params.metric),
+        window=MetricWindow.empty(d, params.metric == "dense"),
+        n_steps=0,
+        diverging=False,
+        divergences=0,
+        energy=math.nan,
+        leapfrog=0,
+        traj_position=zeros,
+        traj_momentum=zeros,
+        traj_gradient=zeros,
+        traj_energy0=math.nan,
+    )
+
+
+def _step_size(state: State, params: Params, t: int) -> float:
+    if params.step_jitter == 0.0:
+        return state.step_size
+    u = float(generator(state.seed, state.chain, t, Stream.MIX).random())
+    return state.step_size * (1.0 + params.step_jitter * (2.0 * u - 1.0))
+
+
+def _next_point(state: State, params: Params) -> tuple[FloatArray, FloatArray, float, FloatArray]:
+    """The trajectory's next point, the half-step momentum, the step size and the
+    momentum at the point before it."""
+    t = state.iteration + 1
+    eps = _step_size(state, params, t)
+    if state.leapfrog == 0:
+        momentum = draw_momentum(
+            generator(state.seed, state.chain, t, Stream.PROPOSE), state.metric
+        )
+        position, gradient = state.position, state.gradient
+    else:
+        momentum, position = state.traj_momentum, state.traj_position
+        gradient = state.traj_gradient
+    new, half = leapfrog_position(position, momentum, gradient, eps, state.metric)
+    return new, half, eps, momentum
+
+
+def _kind(state: State, params: Params) -> Literal["proposal", "leapfrog"]:
+    return "proposal" if state.leapfrog + 1 == params.num_steps else "leapfrog"
+
+
+def ask(state: State, params: Params) -> Proposal:
+    if state.logdensity is None:
+        return Proposal(state.iteration, "init", state.position)
+    checking = check_ask(state)
+    if checking is not None:
+        return checking
+    new, _, _, _ = _next_point(state, params)
+    if not np.all(np.isfinite(new)):
+        new = state.position  # an overflow: its tell ends the transition (a divergence)
+    return Proposal(state.iteration + 1, _kind(state, params), frozen_array(new), 0.0, state.step)
+
+
+def tell(
+    state: State, params: Params, proposal: Proposal, logdensity: float
+) -> tuple[State, StepInfo]:
+    raise ValueError(f"{NAME} needs the gradient of the log density at every point")
+
+
+def tell_gradient(
+    state: State, params: Params, proposal: Proposal, logdensity: float, gradient: FloatArray
+) -> tuple[State, StepInfo]:
+    g = check_gradient(NAME, logdensity, gradient, state.position.size)
+    if proposal.kind == "gradient_check":
+        new_state, info = check_tell(state, proposal, logdensity, g)
+        return new_state.evolve(evaluations=state.evaluations + 1), info
+    if state.logdensity is None:
+        if proposal.kind != "init" or proposal.iteration != state.iteration:
+            raise ValueError("proposal does not belong to this state")
+        return tell_initial_gradient(state, params, logdensity, g, leapfrog=0)
+    t = state.iteration + 1
+    if (
+        state.check.pending
+        or proposal.kind != _kind(state, params)
+        or (proposal.iteration, proposal.step) != (t, state.step)
+    ):
+        raise ValueError("proposal does not belong to this state")
+    new, half, eps, momentum = _next_point(state, params)
+    h0 = (
+        state.traj_energy0
+        if state.leapfrog
+        else -float(state.logdensity) + kinetic_energy(momentum, state.metric)
+    )
+    k = state.leapfrog + 1
+    energy = math.inf
+    momentum_new = half
+    if np.all(np.isfinite(new)) and logdensity != -math.inf:
+        momentum_new = leapfrog_momentum(half, g, eps)
+        energy = -float(logdensity) + kinetic_energy(momentum_new, state.metric)
+    error = energy - h0
+    common = {"step": state.step + 1, "evaluations": state.evaluations + 1}
+    if not error <= DIVERGENCE:  # also a number that is not one
+        return _end(state, params, t, k, None, 0.0, h0, diverging=True, **common)
+    if k < params.num_steps:
+        continued = state.evolve(
+            leapfrog=k,
+            traj_position=frozen_array(new),
+            traj_momentum=frozen_array(momentum_new),
+            traj_gradient=frozen_array(g),
+            traj_energy0=h0,
+            **common,
+        )
+        return continued, StepInfo(t, "step", 1.0, t <= params.warmup)
+    log_alpha = min(0.0, h0 - energy)
+    u = float(generator(state.seed, state.chain, t, Stream.ACCEPT).random())
+    prob = exp1(log_alpha)
+    if log1(u) < log_alpha:
+        moved = (frozen_array(new), float(logdensity), frozen_array(g), energy)
+        return _end(state, params, t, k, moved, prob, h0, diverging=False, **common)
+    return _end(state, params, t, k, None, prob, h0, diverging=False, **common)
+
+
+def _end(
+    state: State,
+    params: Params,
+    t: int,
+    k: int,
+    moved: tuple[FloatArray, float, FloatArray, float] | None,
+    prob: float,
+    h0: float,
+    *,
+    diverging: bool,
+    step: int,
+    evaluations: int,
+) -> tuple[State, StepInfo]:
+    """The transition's end: the draw (``moved``: the end point, its log density,
+    gradient and energy; ``None``: stay put), then the warm-up."""
+    if moved is None:
+        position, logdensity, gradient, energy = (
+            state.position,
+            state.logdensity,
+            state.gradient,
+            h0,
+        )
+    else:
+        position, logdensity, gradient, energy = moved
+    new = state.evolve(
+        position=position,
+        logdensity=logdensity,
+        gradient=gradient,
+        iteration=t,
+        accepted=state.accepted + (moved is not None),
+        step=0,
+        evaluations=evaluations,
+        n_steps=k,
+        diverging=diverging,
+        divergences=state.divergences + (diverging and t > params.warmup),
+        energy=energy,
+        leapfrog=0,
+    )
+    new = new.evolve(**warmup_changes(new, params, prob, t))
+    outcome: Literal["accepted", "rejected"] = "accepted" if moved is not None else "rejected"
+    return new, StepInfo(t, outcome, prob, t <= params.warmup)
+
+
+def chain_floats(dim: int, params: Params) -> int:
+    """The floats one chain keeps and works with, at most (:mod:`core.memory`): the
+    position, gradient and trajectory (5 vectors), the metric window (4, and the
+    positions' outer products for a dense metric), the metric, and the vectors and
+    Cholesky factor a leapfrog step works with."""
+    return 16 * dim + (3 * dim * dim if params.metric == "dense" else 0)
+
+
+#: The sampler as the registry (:data:`core.SAMPLERS`) knows it.
+SAMPLER: Sampler[State, Params] = Sampler(
+    name=NAME,
+    Params=Params,
+    State=State,
+    make_params=make_params,
+    init=init,
+    ask=ask,
+    tell=tell,
+    chain_floats=chain_floats,
+    metropolis_adapt=None,
+    evaluation=Evaluation(gradient=True),
+    tell_gradient=tell_gradient,
+)

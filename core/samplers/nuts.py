@@ -1,0 +1,573 @@
+"""The No-U-Turn sampler (Hoffman and Gelman 2014) as Stan and BlackJAX run it:
+multinomial sampling of the trajectory's points, the generalised U-turn criterion
+(Betancourt 2017), biased progressive sampling between subtrees, asked and told one
+leapfrog point at a time.
+
+A transition from ``x`` draws a momentum ``p ~ N(0, M)`` from the iteration's proposal
+stream and one direction per doubling from its mixture stream, then doubles the
+trajectory: the subtree of depth ``j`` is ``2^j`` leapfrog steps from the trajectory's
+end in the ``j``-th direction. The tree is built iteratively, one leapfrog point per
+``ask``/``tell`` (BlackJAX's ``dynamic_iterative_nuts``, NumPyro's iterative U-turn
+checkpoints), so the state between two evaluations is bounded: the trajectory's two
+ends (position, momentum, gradient, log density), the sum of its momenta, the draw
+candidate and the current subtree's, two log sums of weights, and ``max_tree_depth``
+checkpoints of a momentum and a momentum sum (the subtrees whose U-turn a new point
+closes are those whose first point is at a checkpoint: leaf ``n`` of a subtree closes
+the ``t`` subtrees of sizes ``2, 4, ..., 2^t`` ending at it, ``t`` the trailing ones of
+``n``).
+
+Each point is weighted by ``exp(H0 - H)``. Within a subtree the candidate is the new
+point with probability its weight over the subtree's (uniform progressive sampling);
+a completed subtree's candidate replaces the trajectory's with probability ``min(1,
+W_subtree / W_trajectory)`` (biased progressive sampling). The transition ends when a
+subtree closes a U-turn (its points are not sampled), a point diverges (``-inf`` or an
+energy error above 1000: the subtree is not sampled), the whole trajectory makes a
+U-turn, or the tree reaches ``max_tree_depth``.
+
+Every point is handed out as ``"leapfrog"``: which one ends the transition is known
+only once it is told. The tell of that point returns ``"accepted"`` when the draw moved
+(the candidate is not the starting point) and ``"rejected"`` when the chain stays put,
+with Stan's acceptance statistic, the mean of ``min(1, exp(H0 - H))`` over the points
+of the tree, as ``acceptance_probability``; the step size adapts to it. A next point
+that overflows is never handed out: ``ask`` hands out the current position in its
+place and its tell ends the transition as a divergence.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from kameleon.core.arithmetic import exp1, log1
+from kameleon.core.base import (
+    ChainState,
+    Evaluation,
+    FloatArray,
+    OptionError,
+    Proposal,
+    Sampler,
+    StepInfo,
+    frozen_array,
+    new_chain_fields,
+    params_parser,
+)
+from kameleon.core.gradient_check import Check, check_ask, check_tell, start_check
+from kameleon.core.gradient_warmup import DualAveraging, MetricWindow, warmup_changes
+from kameleon.core.hamiltonian import (
+    DIVERGENCE,
+    check_gradient,
+    draw_momentum,
+    initial_metric,
+    is_turning,
+    kinetic_energy,
+    leapfrog_momentum,
+    leapfrog_position,
+    log_add_exp,
+    tell_initial_gradient,
+)
+from kameleon.core.rng import Stream, generator, substream
+from kameleon.core.serialization import register
+
+__all__ = [
+    "NAME",
+    "SAMPLER",
+    "Params",
+    "Point",
+    "State",
+    "Trajectory",
+    "ask",
+    "chain_floats",
+    "checkpoint_range",
+    "init",
+    "make_params",
+    "tell",
+    "tell_gradient",
+]
+
+NAME = "nuts"
+
+
+@dataclass(frozen=True, slots=True)
+class Params:
+    """Options of the No-U-Turn sampler.
+
+    Attributes
+    ----------
+    max_tree_depth
+        Most doublings of a trajectory: at most ``2^max_tree_depth - 1`` leapfrog steps
+        per transition (default 10).
+    step_size
+        Initial step size; default from the gradient at the initial point.
+    target_acceptance
+        Target of the step-size adaptation (default 0.8).
+    adapt_step_size
+        Adapt the step size during warm-up (default true).
+    adapt_metric
+        Estimate the inverse metric during warm-up (default true).
+    metric
+        ``"diag"`` (default), ``"dense"`` or ``"unit"`` (the identity, never adapted).
+    gradient_check
+        The first this many chains check the told gradient at their initial point
+        against finite differences (default 1).
+    """
+
+    dim: int
+    warmup: int
+    max_tree_depth: int = 10
+    step_size: float | None = None
+    target_acceptance: float = 0.8
+    adapt_step_size: bool = True
+    adapt_metric: bool = True
+    metric: Literal["diag", "dense", "unit"] = "diag"
+    gradient_check: int = 1
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.max_tree_depth <= 30:
+            raise OptionError("max_tree_depth", "must be in [1, 30]")
+        if self.step_size is not None and not self.step_size > 0:
+            raise OptionError("step_size", "must be positive")
+        if not 0 < self.target_acceptance < 1:
+            raise OptionError("target_acceptance", "must be in (0, 1)")
+        if self.gradient_check < 0:
+            raise OptionError("gradient_check", "must be non-negative")
+
+
+@register("nuts.Point")
+@dataclass(frozen=True, slots=True)
+class Point:
+    """A point of a trajectory: position, momentum, the log density and its gradient
+    there, and the Hamiltonian ``energy``."""
+
+    position: FloatArray
+    momentum: FloatArray
+    gradient: FloatArray
+    logdensity: float
+    energy: float
+
+
+@register("nuts.Trajectory")
+@dataclass(frozen=True, slots=True)
+class Trajectory:
+    """A transition's tree in progress.
+
+    Attributes
+    ----------
+    left, right
+        The trajectory's ends (one of them the current subtree's last point).
+    sample
+        The trajectory's draw candidate; ``moved``: it is not the starting point.
+    subtree_sample
+        The current subtree's candidate.
+    momentum_sum
+        The momenta of every point of the trajectory, added.
+    checkpoint_momentum, checkpoint_sum, checkpoint_previous
+        Shape ``(max_tree_depth, d)``: the momentum at a point of the current subtree,
+        the momentum sum up to it, and the momentum at the point before it (see
+        :func:`checkpoint_range`).
+    depth, leaf
+        The current subtree's depth and its points told.
+    points
+        The points told in this trajectory.
+    energy0
+        The Hamiltonian at the start.
+    accept_sum
+        ``min(1, exp(H0 - H))`` added over the points told.
+    log_weight, subtree_log_weight
+        The log sums of the weights ``exp(H0 - H)`` of the trajectory before the current
+        subtree, and of the current subtree.
+    """
+
+    left: Point
+    right: Point
+    sample: Point
+    moved: bool
+    subtree_sample: Point
+    momentum_sum: FloatArray
+    checkpoint_momentum: FloatArray
+    checkpoint_sum: FloatArray
+    checkpoint_previous: FloatArray
+    depth: int
+    leaf: int
+    points: int
+    energy0: float
+    accept_sum: float
+    log_weight: float
+    subtree_log_weight: float
+
+
+@register("nuts.State")
+@dataclass(frozen=True, slots=True)
+class State(ChainState):
+    """A NUTS chain.
+
+    Attributes
+    ----------
+    gradient
+        The log density's gradient at ``position``.
+    step
+        Evaluations told in the current transition (the next ask's ``Proposal.step``).
+    evaluations
+        Every evaluation told (initial point and gradient check included).
+    check
+        The gradient check (:mod:`core.gradient_check`).
+    adapt, step_size, metric, window
+        The warm-up (:mod:`core.gradient_warmup`); ``metric`` is the inverse metric.
+    tree_depth, n_steps, diverging, divergences, energy
+        Of the last transition: its doublings, its leapfrog steps, whether it
+        diverged, the divergences after warm-up so far, the Hamiltonian at the draw
+        (Stan's ``treedepth__``, ``n_leapfrog__``, ``divergent__``, ``energy__``).
+    trajectory
+        The transition's tree in progress; with no point told (``points`` 0), the
+        last one's, stale: the state keeps its shape between transitions.
+    """
+
+    gradient: FloatArray
+    step: int
+    evaluations: int
+    check: Check
+    adapt: DualAveraging
+    step_size: float
+    metric: FloatArray
+    window: MetricWindow
+    tree_depth: int
+    n_steps: int
+    diverging: bool
+    divergences: int
+    energy: float
+    trajectory: Trajectory
+
+
+make_params = params_parser(Params)
+
+
+def init(position: Any, params: Params, *, seed: int, chain: int) -> State:
+    fields = new_chain_fields(position, seed=seed, chain=chain)
+    d = fields["position"].size
+    step_size = params.step_size if params.step_size is not None else 1.0
+    return State(
+        **fields,
+        gradient=frozen_array(np.zeros(d)),
+        step=0,
+        evaluations=0,
+        check=start_check(chain, params.gradient_check),
+        adapt=DualAveraging.start(step_size),
+        step_size=step_size,
+        metric=initial_metric(d, params.metric),
+        window=MetricWindow.empty(d, params.metric == "dense"),
+        tree_depth=0,
+        n_steps=0,
+        diverging=False,
+        divergences=0,
+        energy=math.nan,
+        trajectory=_idle(d, params),
+    )
+
+
+def checkpoint_range(leaf: int) -> tuple[int, int]:
+    """The checkpoints that leaf ``leaf`` (from 0) of a subtree uses: ``(lo, hi)``. An
+    even leaf is stored at checkpoint ``hi`` (then ``lo = hi + 1``); an odd one closes
+    the subtrees that start at checkpoints ``hi, hi - 1, ..., lo``."""
+    hi = bin(leaf >> 1).count("1")
+    trailing = 0
+    n = leaf
+    while n & 1:
+        n >>= 1
+        trailing += 1
+    return hi - trailing + 1, hi
+
+
+def _frozen(a: FloatArray) -> FloatArray:
+    """``a``, a new array that nothing else holds, made read-only in place."""
+    a.flags.writeable = False
+    return a
+
+
+def _idle(dim: int, params: Params) -> Trajectory:
+    """A new chain's placeholder for its trees."""
+    zeros = frozen_array(np.zeros(dim))
+    point = Point(zeros, zeros, zeros, 0.0, 0.0)
+    empty = frozen_array(np.zeros((params.max_tree_depth, dim)))
+    return Trajectory(
+        point, point, point, False, point, zeros, empty, empty, empty,
+        0, 0, 0, 0.0, 0.0, 0.0, -math.inf,
+    )  # fmt: skip
+
+
+def _begin(state: State, params: Params) -> Trajectory:
+    """The tree in progress, or a new one of the starting point alone."""
+    if state.trajectory.points:
+        return state.trajectory
+    t = state.iteration + 1
+    momentum = draw_momentum(generator(state.seed, state.chain, t, Stream.PROPOSE), state.metric)
+    logdensity = state.logdensity
+    assert logdensity is not None  # asked and told only once the initial point is
+    energy0 = -logdensity + kinetic_energy(momentum, state.metric)
+    start = Point(state.position, _frozen(momentum), state.gradient, logdensity, energy0)
+    empty = frozen_array(np.zeros((params.max_tree_depth, state.position.size)))
+    return Trajectory(
+        left=start,
+        right=start,
+        sample=start,
+        moved=False,
+        subtree_sample=start,
+        momentum_sum=start.momentum,
+        checkpoint_momentum=empty,
+        checkpoint_sum=empty,
+        checkpoint_previous=empty,
+        depth=0,
+        leaf=0,
+        points=0,
+        energy0=energy0,
+        accept_sum=0.0,
+        log_weight=0.0,
+        subtree_log_weight=-math.inf,
+    )
+
+
+def _direction(state: State, params: Params, depth: int) -> float:
+    rng = generator(state.seed, state.chain, state.iteration + 1, Stream.MIX)
+    return 1.0 if float(rng.random(params.max_tree_depth)[depth]) < 0.5 else -1.0
+
+
+def _next_point(
+    state: State, params: Params, tree: Trajectory
+) -> tuple[FloatArray, FloatArray, float]:
+    """The next point of the tree, the half-step momentum and the signed step."""
+    eps = _direction(state, params, tree.depth) * state.step_size
+    end = tree.right if eps > 0 else tree.left
+    new, half = leapfrog_position(end.position, end.momentum, end.gradient, eps, state.metric)
+    return new, half, eps
+
+
+def ask(state: State, params: Params) -> Proposal:
+    if state.logdensity is None:
+        return Proposal(state.iteration, "init", state.position)
+    checking = check_ask(state)
+    if checking is not None:
+        return checking
+    new, _, _ = _next_point(state, params, _begin(state, params))
+    if not np.all(np.isfinite(new)):
+        new = state.position  # an overflow: its tell ends the transition (a divergence)
+    return Proposal(state.iteration + 1, "leapfrog", frozen_array(new), 0.0, state.step)
+
+
+def tell(
+    state: State, params: Params, proposal: Proposal, logdensity: float
+) -> tuple[State, StepInfo]:
+    raise ValueError(f"{NAME} needs the gradient of the log density at every point")
+
+
+def tell_gradient(
+    state: State, params: Params, proposal: Proposal, logdensity: float, gradient: FloatArray
+) -> tuple[State, StepInfo]:
+    g = check_gradient(NAME, logdensity, gradient, state.position.size)
+    if proposal.kind == "gradient_check":
+        new_state, info = check_tell(state, proposal, logdensity, g)
+        return new_state.evolve(evaluations=state.evaluations + 1), info
+    if state.logdensity is None:
+        if proposal.kind != "init" or proposal.iteration != state.iteration:
+            raise ValueError("proposal does not belong to this state")
+        idle = dataclasses.replace(state.trajectory, points=0)
+        return tell_initial_gradient(state, params, logdensity, g, trajectory=idle)
+    t = state.iteration + 1
+    if (
+        state.check.pending
+        or proposal.kind != "leapfrog"
+        or (proposal.iteration, proposal.step) != (t, state.step)
+    ):
+        raise ValueError("proposal does not belong to this state")
+    tree = _begin(state, params)
+    new, half, eps = _next_point(state, params, tree)
+    common = {"step": state.step + 1, "evaluations": state.evaluations + 1}
+    points = tree.points + 1
+    energy = math.inf
+    momentum = half
+    if np.all(np.isfinite(new)) and logdensity != -math.inf:
+        momentum = leapfrog_momentum(half, g, eps)
+        energy = -float(logdensity) + kinetic_energy(momentum, state.metric)
+    error = energy - tree.energy0
+    accept_sum = tree.accept_sum + (exp1(min(0.0, -error)) if math.isfinite(error) else 0.0)
+    depth = tree.depth + 1  # the doublings of the tree once this subtree ends it
+    if not error <= DIVERGENCE:  # also a number that is not one
+        return _end(state, params, t, tree, points, accept_sum, depth, True, **common)
+    point = Point(_frozen(new), _frozen(momentum), frozen_array(g), float(logdensity), energy)
+    log_w = -error
+    uniforms = generator(state.seed, state.chain, t, substream(Stream.ACCEPT, state.step)).random(2)
+    # Uniform progressive sampling within the subtree.
+    if tree.leaf == 0:
+        sub_sample, sub_log_w = point, log_w
+    else:
+        sub_log_w = log_add_exp(tree.subtree_log_weight, log_w)
+        take = log1(float(uniforms[0])) < log_w - sub_log_w
+        sub_sample = point if take else tree.subtree_sample
+    forward = eps > 0
+    left, right = (tree.left, point) if forward else (point, tree.right)
+    momentum_sum = _frozen(tree.momentum_sum + momentum)
+    # The U-turns within the subtree that this point closes (NumPyro's checkpoints,
+    # with Stan's checks across the halves of each subtree).
+    ckpt_momentum, ckpt_sum = tree.checkpoint_momentum, tree.checkpoint_sum
+    ckpt_previous = tree.checkpoint_previous
+    lo, hi = checkpoint_range(tree.leaf)
+    if tree.leaf % 2 == 0:
+        previous = tree.right.momentum if forward else tree.left.momentum
+        ckpt_momentum, ckpt_sum, ckpt_previous = (
+            _frozen(_with_row(ckpt_momentum, hi, momentum)),
+            _frozen(_with_row(ckpt_sum, hi, momentum_sum)),
+            _frozen(_with_row(ckpt_previous, hi, previous)),
+        )
+    elif _subtree_turns(
+        ckpt_momentum, ckpt_sum, ckpt_previous, lo, hi, momentum, momentum_sum, state.metric
+    ):
+        return _end(state, params, t, tree, points, accept_sum, depth, False, **common)
+    leaf = tree.leaf + 1
+    log_weight = tree.log_weight
+    sample, moved = tree.sample, tree.moved
+    if leaf == 1 << tree.depth:
+        # The subtree is complete: biased progressive sampling, then the merged
+        # trajectory's U-turns.
+        if log1(float(uniforms[1])) < sub_log_w - log_weight:
+            sample, moved = sub_sample, True
+        log_weight = log_add_exp(log_weight, sub_log_w)
+        done = depth >= params.max_tree_depth or _merged_turns(
+            tree, forward, left, right, momentum_sum, ckpt_momentum, ckpt_sum, ckpt_previous,
+            state.metric,
+        )  # fmt: skip
+        grown = Trajectory(
+            left, right, sample, moved, sub_sample, momentum_sum, ckpt_momentum, ckpt_sum,
+            ckpt_previous, depth, 0, points, tree.energy0, accept_sum, log_weight, -math.inf,
+        )  # fmt: skip
+        if done:
+            return _end(state, params, t, grown, points, accept_sum, depth, False, **common)
+        return state.evolve(trajectory=grown, **common), StepInfo(
+            t, "step", 1.0, t <= params.warmup
+        )
+    grown = Trajectory(
+        left, right, sample, moved, sub_sample, momentum_sum, ckpt_momentum, ckpt_sum,
+        ckpt_previous, tree.depth, leaf, points, tree.energy0, accept_sum, log_weight, sub_log_w,
+    )  # fmt: skip
+    return state.evolve(trajectory=grown, **common), StepInfo(t, "step", 1.0, t <= params.warmup)
+
+
+def _with_row(a: FloatArray, i: int, row: FloatArray) -> FloatArray:
+    out = np.array(a)
+    out[i] = row
+    return out
+
+
+def _subtree_turns(
+    ckpt_momentum: FloatArray,
+    ckpt_sum: FloatArray,
+    ckpt_previous: FloatArray,
+    lo: int,
+    hi: int,
+    momentum: FloatArray,
+    momentum_sum: FloatArray,
+    metric: FloatArray,
+) -> bool:
+    """Whether one of the subtrees that the point with ``momentum`` closes turns: the
+    one starting at checkpoint ``i`` (for ``i`` from ``hi`` down to ``lo``), and, as Stan
+    checks, its left half with the right half's first point, and its right half with
+    the left half's last point (the right half starts at checkpoint ``i + 1``)."""
+    for i in range(hi, lo - 1, -1):
+        start = ckpt_momentum[i]
+        if is_turning(start, momentum, momentum_sum - ckpt_sum[i] + start, metric):
+            return True
+        if i < hi:
+            middle, before = ckpt_momentum[i + 1], ckpt_previous[i + 1]
+            if is_turning(start, middle, ckpt_sum[i + 1] - ckpt_sum[i] + start, metric):
+                return True
+            right = momentum_sum - ckpt_sum[i + 1] + middle
+            if is_turning(before, momentum, right + before, metric):
+                return True
+    return False
+
+
+def _merged_turns(
+    tree: Trajectory,
+    forward: bool,
+    left: Point,
+    right: Point,
+    momentum_sum: FloatArray,
+    ckpt_momentum: FloatArray,
+    ckpt_sum: FloatArray,
+    ckpt_previous: FloatArray,
+    metric: FloatArray,
+) -> bool:
+    """Whether the trajectory, its completed subtree merged in, turns: as a whole, and
+    (Stan's checks) the old part with the subtree's first point, the subtree with the
+    old part's last point."""
+    if is_turning(left.momentum, right.momentum, momentum_sum, metric):
+        return True
+    first, inner = ckpt_momentum[0], ckpt_previous[0]
+    old_sum = ckpt_sum[0] - first
+    outer = tree.left.momentum if forward else tree.right.momentum
+    if is_turning(outer, first, old_sum + first, metric):
+        return True
+    new_end = right.momentum if forward else left.momentum
+    return is_turning(inner, new_end, momentum_sum - old_sum + inner, metric)
+
+
+def _end(
+    state: State,
+    params: Params,
+    t: int,
+    tree: Trajectory,
+    points: int,
+    accept_sum: float,
+    depth: int,
+    diverging: bool,
+    *,
+    step: int,
+    evaluations: int,
+) -> tuple[State, StepInfo]:
+    """The transition's end: the draw is the tree's candidate, then the warm-up."""
+    sample = tree.sample
+    prob = accept_sum / points
+    new = state.evolve(
+        position=sample.position,
+        logdensity=sample.logdensity,
+        gradient=sample.gradient,
+        iteration=t,
+        accepted=state.accepted + tree.moved,
+        step=0,
+        evaluations=evaluations,
+        tree_depth=depth,
+        n_steps=points,
+        diverging=diverging,
+        divergences=state.divergences + (diverging and t > params.warmup),
+        energy=sample.energy,
+        trajectory=dataclasses.replace(tree, points=0),
+    )
+    new = new.evolve(**warmup_changes(new, params, prob, t))
+    outcome: Literal["accepted", "rejected"] = "accepted" if tree.moved else "rejected"
+    return new, StepInfo(t, outcome, prob, t <= params.warmup)
+
+
+def chain_floats(dim: int, params: Params) -> int:
+    """The floats one chain keeps and works with, at most (:mod:`core.memory`): the
+    position and gradient, the tree's four points (3 vectors each) and momentum sum,
+    its ``3 max_tree_depth`` checkpoints, the metric window (4 vectors, and the
+    positions' outer products for a dense metric), the metric, and the vectors and
+    Cholesky factor a leapfrog step works with."""
+    dense = 3 * dim * dim if params.metric == "dense" else 0
+    return (25 + 3 * params.max_tree_depth) * dim + dense
+
+
+#: The sampler as the registry (:data:`core.SAMPLERS`) knows it.
+SAMPLER: Sampler[State, Params] = Sampler(
+    name=NAME,
+    Params=Params,
+    State=State,
+    make_params=make_params,
+    init=init,
+    ask=ask,
+    tell=tell,
+    chain_floats=chain_floats,
+    metropolis_adapt=None,
+    evaluation=Evaluation(gradient=True),
+    tell_gradient=tell_gradient,
+)

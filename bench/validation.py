@@ -6,6 +6,8 @@ Usage::
     python bench/validation.py [--chains 4] [--warmup 5000] [--iterations 5000] \
         [--algorithms am,kameleon] [--target NAME ...] [--out bench/results/validation.json]
 
+Gradient samplers (``mala``) get each case's exact gradient (``Case.gradient``); the
+``evaluations`` of a row count transitions, for every sampler (see ``run_case``).
 Prints one JSON line per (case, sampler) and writes them all to ``--out``. BENCHMARKS.md
 ("Validation") has the table of the last full run.
 """

@@ -14,7 +14,8 @@
     Any target seen only through the log of a noisy, unbiased estimate of its density,
     ``logdensity(x, rng)``.
 
-The first three have ``dim`` and ``logdensity(x) -> float``, a vectorised
+The first three have ``dim`` and ``logdensity(x) -> float``, its exact gradient
+``gradient(x)`` (a float64 array of shape ``(dim,)``, for gradient samplers), a vectorised
 ``logdensity_rows`` over the rows of an ``(n, dim)`` array, the true ``mean`` and
 ``variance`` where they are known, exact draws ``sample(n, rng)`` where a simple
 transform gives them, and a quantile-coverage metric (Sejdinovic et al. 2014): a map
@@ -140,6 +141,15 @@ class Gaussian:
     def logdensity(self, x: npt.ArrayLike) -> float:
         return float(self.logdensity_rows(_point(x, self.dim))[0])
 
+    def gradient(self, x: npt.ArrayLike) -> FloatArray:
+        """``grad log pi(x) = -P (x - mean)`` with the precision ``P = L^-T L^-1``, shape
+        ``(dim,)``. Far out (``|x|`` near the float range) it overflows to infinities
+        (or nans) without a warning, as the log density does to ``-inf``."""
+        with np.errstate(over="ignore", invalid="ignore"):
+            u = self._whitening @ (_point(x, self.dim)[0] - self.mean)
+            g: FloatArray = -(self._whitening.T @ u)
+        return g
+
     def sample(self, n: int, rng: np.random.Generator) -> FloatArray:
         """``n`` independent draws, shape ``(n, dim)``."""
         return self.mean + rng.standard_normal((n, self.dim)) @ self._cholesky.T
@@ -201,6 +211,20 @@ class Banana:
 
     def logdensity(self, y: npt.ArrayLike) -> float:
         return float(self.logdensity_rows(_point(y, self.dim))[0])
+
+    def gradient(self, y: npt.ArrayLike) -> FloatArray:
+        """``grad log pi(y)``, shape ``(dim,)``: with ``w = y_2 - b (y_1^2 - v)``,
+
+            ``(-y_1 / v + 2 b y_1 w, -w, -y_3, ..., -y_d)``.
+
+        Far out it overflows to infinities (or nans) without a warning."""
+        g: FloatArray = -_point(y, self.dim)[0]
+        with np.errstate(over="ignore", invalid="ignore"):
+            y1 = -g[0]
+            w = -g[1] - self.b * (y1 * y1 - self.v)
+            g[0] = -y1 / self.v + 2 * self.b * y1 * w
+            g[1] = -w
+        return g
 
     def sample(self, n: int, rng: np.random.Generator) -> FloatArray:
         """``n`` independent draws by the exact transform, shape ``(n, dim)``."""
@@ -264,6 +288,36 @@ class Flower:
 
     def logdensity_rows(self, x: npt.ArrayLike) -> FloatArray:
         return -0.5 * _squared_norms(self.standardise(x))
+
+    def gradient(self, x: npt.ArrayLike) -> FloatArray:
+        """``grad log pi(x)``, shape ``(dim,)``. With ``e = (r - r0 - A cos(omega theta))
+        / sigma^2``, ``dr/dx = (x_1, x_2) / r`` and ``dtheta/dx = (-x_2, x_1) / r^2``:
+
+            ``d/dx_{1,2} = -e (dr/dx + A omega sin(omega theta) dtheta/dx)``,
+            ``d/dx_j = -x_j`` for ``j >= 3``.
+
+        At the origin, where the log density is not differentiable (``theta`` jumps), the
+        first two entries are 0. Far out it overflows to infinities (or nans) without a
+        warning."""
+        p = _point(x, self.dim)[0]
+        g: FloatArray = -p
+        x1, x2 = float(p[0]), float(p[1])
+        r = math.hypot(x1, x2)
+        if r == 0:
+            g[:2] = 0.0
+            return g
+        with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+            theta = math.atan2(x2, x1)
+            scale = max(abs(x1), abs(x2))  # cos and sin of theta even where r overflows
+            unit = math.hypot(x1 / scale, x2 / scale)
+            c1, c2 = np.float64(x1 / scale / unit), np.float64(x2 / scale / unit)
+            angle = self.frequency * theta
+            ridge = self.radius + self.amplitude * math.cos(angle)
+            e = (np.float64(r) - ridge) / np.float64(self.sigma) ** 2
+            k = self.amplitude * self.frequency * math.sin(angle)
+            g[0] = -e * (c1 - k * (c2 / np.float64(r)))
+            g[1] = -e * (c2 + k * (c1 / np.float64(r)))
+        return g
 
     def logdensity(self, x: npt.ArrayLike) -> float:
         return float(self.logdensity_rows(_point(x, self.dim))[0])

@@ -4,6 +4,9 @@ sampler need not be right but must say so.
 :func:`cases` lists them; :func:`run_case` runs one sampler on one case in process and
 measures it against the truth. ``tests/core/test_validation.py`` runs a reduced suite in
 CI; ``bench/validation.py`` runs the full one and writes the table in BENCHMARKS.md.
+Every case carries the exact gradient of its log density, so that gradient samplers
+(``SAMPLERS[name].evaluation.gradient``, e.g. ``mala``) run on it too: they are given
+``x -> (logdensity(x), gradient(x))``.
 
 A sampler is **right** on a case with a known answer when every parameter's pooled
 post-warm-up mean is within 4 Monte Carlo standard errors of the truth, every sd within
@@ -27,6 +30,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from kameleon.core import SAMPLERS
 from kameleon.core.base import FloatArray
 from kameleon.core.checks import SamplingWarning
 from kameleon.core.diagnostics import ess_bulk, mcse_mean, per_parameter, rhat
@@ -36,6 +40,7 @@ from kameleon.core.targets import Banana, Flower, Gaussian, quantile_error
 __all__ = ["LEVELS", "Case", "CaseResult", "cases", "run_case"]
 
 LogDensity = Callable[[FloatArray], float]
+Gradient = Callable[[FloatArray], FloatArray]
 
 
 @dataclass(frozen=True)
@@ -57,6 +62,9 @@ class Case:
         0.1..0.9 is reported, not judged.
     hard
         A known hard case: no sampler here need be right, every one must warn.
+    gradient
+        The exact gradient of ``logdensity``, shape ``(dim,)``, for gradient samplers;
+        where the log density is ``-inf`` it is not used (zeros there).
     """
 
     name: str
@@ -67,6 +75,7 @@ class Case:
     quantiles: FloatArray | None = field(default=None, repr=False)
     coverage: Callable[[FloatArray], FloatArray] | None = field(default=None, repr=False)
     hard: bool = False
+    gradient: Gradient | None = field(default=None, repr=False)
 
 
 #: Quantile levels of :attr:`Case.quantiles`.
@@ -127,12 +136,20 @@ def _gaussian(name: str, covariance: FloatArray) -> Case:
         np.zeros(g.dim),
         np.sqrt(np.diag(covariance)),
         coverage=g.quantile_coverage,
+        gradient=g.gradient,
     )
 
 
 def _student_t(x: FloatArray) -> float:
     """Multivariate Student-t with 3 degrees of freedom in 4 dimensions (sd sqrt(3))."""
     return -0.5 * (3 + 4) * math.log1p(float(x @ x) / 3)
+
+
+def _student_t_gradient(x: FloatArray) -> FloatArray:
+    """``-7 x / (3 + |x|^2)``."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        g: FloatArray = -7.0 * np.asarray(x, dtype=np.float64) / (3 + float(x @ x))
+    return g
 
 
 def _funnel(x: FloatArray) -> float:
@@ -144,6 +161,25 @@ def _funnel(x: FloatArray) -> float:
     spread = math.exp(-v) if v > -700 else math.inf
     conditional = 0.5 * squares * spread if squares > 0 else 0.0
     return -v * v / 18 - conditional - 0.5 * (x.size - 1) * v
+
+
+def _funnel_gradient(x: FloatArray) -> FloatArray:
+    """``d/dv = -v / 9 + |x_2..|^2 e^-v / 2 - (d - 1) / 2`` and ``d/dx_i = -x_i e^-v``
+    where :func:`_funnel` is finite (it is then finite too); zeros where it is ``-inf``."""
+    x = np.asarray(x, dtype=np.float64)
+    if not math.isfinite(_funnel(x)):
+        return np.zeros(x.size)
+    v = float(x[0])
+    squares = float(np.sum(x[1:] ** 2))
+    g = np.empty(x.size)
+    if v > -700:
+        spread = math.exp(-v)
+        g[0] = -v / 9 + 0.5 * squares * spread - 0.5 * (x.size - 1)
+        g[1:] = -x[1:] * spread
+    else:  # finite only with x_2.. all 0, as _funnel takes e^-v to be inf there
+        g[0] = -v / 9 - 0.5 * (x.size - 1)
+        g[1:] = 0.0
+    return g
 
 
 _SCHOOLS_Y = np.array([28, 8, -3, 7, -1, 1, 18, 12], dtype=np.float64)
@@ -159,9 +195,44 @@ def _eight_schools(z: FloatArray) -> float:
         return -math.inf
     tau = math.exp(log_tau)
     prior = -mu * mu / 50 - math.log1p((tau / 5) ** 2) + log_tau
-    hierarchy = -float(np.sum((theta - mu) ** 2)) / (2 * tau * tau) - 8 * log_tau
-    likelihood = -float(np.sum((_SCHOOLS_Y - theta) ** 2 / (2 * _SCHOOLS_SIGMA**2)))
-    return prior + hierarchy + likelihood
+    spread = float(np.sum((theta - mu) ** 2))
+    if tau * tau == 0:
+        # log tau < -372: tau^2 underflows. The density is 0 unless every theta is mu
+        # (the value IEEE arithmetic gives for spread / 0, not a ZeroDivisionError).
+        return -math.inf if spread > 0 else prior - 8 * log_tau + _schools_likelihood(theta)
+    hierarchy = -spread / (2 * tau * tau) - 8 * log_tau
+    return prior + hierarchy + _schools_likelihood(theta)
+
+
+def _schools_likelihood(theta: FloatArray) -> float:
+    return -float(np.sum((_SCHOOLS_Y - theta) ** 2 / (2 * _SCHOOLS_SIGMA**2)))
+
+
+def _eight_schools_gradient(z: FloatArray) -> FloatArray:
+    """With ``s = log tau`` and ``S = sum_j (theta_j - mu)^2``: ``d/dmu = -mu / 25 +
+    sum_j (theta_j - mu) / tau^2``, ``d/ds = 1 - 2 (tau/5)^2 / (1 + (tau/5)^2) + S / tau^2
+    - 8``, ``d/dtheta_j = -(theta_j - mu) / tau^2 + (y_j - theta_j) / sigma_j^2``, where
+    :func:`_eight_schools` is finite; zeros where it is ``-inf``."""
+    z = np.asarray(z, dtype=np.float64)
+    if not math.isfinite(_eight_schools(z)):
+        return np.zeros(z.size)
+    mu, log_tau, theta = float(z[0]), float(z[1]), z[2:]
+    tau = math.exp(log_tau)
+    ratio = (tau / 5) ** 2
+    g = np.empty(z.size)
+    data = (_SCHOOLS_Y - theta) / _SCHOOLS_SIGMA**2
+    if tau * tau == 0:  # finite only with every theta equal to mu
+        g[0] = -mu / 25
+        g[1] = 1 - 2 * ratio / (1 + ratio) - 8
+        g[2:] = data
+        return g
+    deviation = theta - mu
+    precision = 1 / (tau * tau)
+    with np.errstate(over="ignore"):
+        g[0] = -mu / 25 + float(np.sum(deviation)) * precision
+        g[1] = 1 - 2 * ratio / (1 + ratio) + float(np.sum(deviation**2)) * precision - 8
+        g[2:] = -deviation * precision + data
+    return g
 
 
 def _mixture(x: FloatArray) -> float:
@@ -169,6 +240,16 @@ def _mixture(x: FloatArray) -> float:
     a = -0.5 * float(np.sum((x - 4) ** 2))
     b = -0.5 * float(np.sum((x + 4) ** 2))
     return max(a, b) + math.log1p(math.exp(-abs(a - b)))
+
+
+def _mixture_gradient(x: FloatArray) -> FloatArray:
+    """``-x + 4 tanh(4 sum_i x_i)``: the weights of the two components' gradients
+    ``-(x - 4)`` and ``-(x + 4)`` are ``sigmoid(+-(a - b))`` with ``a - b = 8 sum_i x_i``,
+    so ``w_a - w_b = tanh(4 sum_i x_i)`` (no overflow anywhere)."""
+    x = np.asarray(x, dtype=np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):
+        g: FloatArray = -x + 4 * math.tanh(4 * float(np.sum(x)))
+    return g
 
 
 def cases() -> list[Case]:
@@ -194,15 +275,35 @@ def cases() -> list[Case]:
                 banana.mean,
                 np.sqrt(banana.variance),
                 coverage=banana.quantile_coverage,
+                gradient=banana.gradient,
             )
         )
     flower = Flower(2)
-    out.append(Case("flower-F(10,6,6,1)-2d", 2, flower.logdensity, np.zeros(2)))
+    out.append(
+        Case("flower-F(10,6,6,1)-2d", 2, flower.logdensity, np.zeros(2), gradient=flower.gradient)
+    )
     t3 = np.repeat(stats.t(3).ppf(LEVELS)[:, None], 4, axis=1)
-    out.append(Case("student-t3-4d", 4, _student_t, np.zeros(4), quantiles=t3))
-    out.append(Case("funnel-5d", 5, _funnel, hard=True))
-    out.append(Case("eight-schools-centred-10d", 10, _eight_schools, hard=True))
-    out.append(Case("mixture-separated-2d", 2, _mixture, hard=True))
+    out.append(
+        Case(
+            "student-t3-4d",
+            4,
+            _student_t,
+            np.zeros(4),
+            quantiles=t3,
+            gradient=_student_t_gradient,
+        )
+    )
+    out.append(Case("funnel-5d", 5, _funnel, hard=True, gradient=_funnel_gradient))
+    out.append(
+        Case(
+            "eight-schools-centred-10d",
+            10,
+            _eight_schools,
+            hard=True,
+            gradient=_eight_schools_gradient,
+        )
+    )
+    out.append(Case("mixture-separated-2d", 2, _mixture, hard=True, gradient=_mixture_gradient))
     return out
 
 
@@ -216,13 +317,31 @@ def run_case(
     seed: int,
     options: dict[str, Any] | None = None,
 ) -> CaseResult:
-    """Run ``algorithm`` on ``case`` in process and measure it."""
+    """Run ``algorithm`` on ``case`` in process and measure it.
+
+    A gradient sampler (``SAMPLERS[algorithm].evaluation.gradient``) is given
+    ``x -> (case.logdensity(x), case.gradient(x))``; the others the log density alone.
+    ``evaluations`` counts transitions, ``chains * (warmup + iterations)``, for every
+    sampler: a gradient sampler's evaluation includes the gradient, and its first chain's
+    gradient check (``2 dim`` evaluations or more at the initial point, see
+    :mod:`core.gradient_check`) is not counted, as no sampler's initial point is.
+    """
+    fn: Callable[[FloatArray], Any] = case.logdensity
+    if SAMPLERS[algorithm].evaluation.gradient:
+        gradient = case.gradient
+        if gradient is None:
+            raise ValueError(f"{algorithm} needs a gradient, and case {case.name} has none")
+        logdensity = case.logdensity
+
+        def fn(x: FloatArray) -> tuple[float, FloatArray]:
+            return logdensity(x), gradient(x)
+
     started = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         with np.errstate(all="ignore"):
             draws = sample(
-                case.logdensity,
+                fn,
                 case.dim,
                 algorithm=algorithm,
                 chains=chains,

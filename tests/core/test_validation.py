@@ -6,9 +6,10 @@ may not be. On the hard cases (Neal's funnel, the centred eight schools, a
 well-separated mixture) it must warn whatever it drew: a confident clean exit there is
 the failure. On the cases with known answers it must be right (every mean within 4 MCSE
 and every sd within 10 % of the truth, or the quantiles within 4 standard errors) or
-warn. The budget is small on purpose (4 chains x 1000 + 1000 iterations): short runs
-are where a sampler is most often wrong, so this is where its warnings must work. The
-seed is fixed and was not chosen to pass.
+warn. Gradient samplers (``mala``) are given the case's exact gradient with its log
+density (``Case.gradient``). The budget is small on purpose (4 chains x 1000 + 1000
+iterations): short runs are where a sampler is most often wrong, so this is where its
+warnings must work. The seed is fixed and was not chosen to pass.
 """
 
 from __future__ import annotations

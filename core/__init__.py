@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from kameleon.core.base import Sampler
-from kameleon.core.samplers import am, kameleon, kmc_finite, kmc_lite, mala, rwm
+from kameleon.core.samplers import am, hmc, kameleon, kmc_finite, kmc_lite, mala, nuts, rwm
 
 __all__ = ["DEFAULT_ALGORITHM", "SAMPLERS"]
 
@@ -22,6 +22,8 @@ SAMPLERS: dict[str, Sampler[Any, Any]] = {
         kmc_lite.SAMPLER,
         kmc_finite.SAMPLER,
         mala.SAMPLER,
+        hmc.SAMPLER,
+        nuts.SAMPLER,
     )
 }
 

@@ -350,8 +350,9 @@ def chain_floats(dim: int, params: Params) -> int:
     """The floats one chain keeps and works with, at most (:mod:`core.memory`): the
     position, gradient and trajectory (5 vectors), the metric window (4, and the
     positions' outer products for a dense metric), the metric, and the vectors and
-    Cholesky factor a leapfrog step works with."""
-    return 16 * dim + (3 * dim * dim if params.metric == "dense" else 0)
+    Cholesky factor a leapfrog step works with; and about 60 floats' worth of scalars
+    and field names in the stored document."""
+    return 60 + 16 * dim + (3 * dim * dim if params.metric == "dense" else 0)
 
 
 #: The sampler as the registry (:data:`core.SAMPLERS`) knows it.

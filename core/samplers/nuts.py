@@ -552,9 +552,11 @@ def chain_floats(dim: int, params: Params) -> int:
     position and gradient, the tree's four points (3 vectors each) and momentum sum,
     its ``3 max_tree_depth`` checkpoints, the metric window (4 vectors, and the
     positions' outer products for a dense metric), the metric, and the vectors and
-    Cholesky factor a leapfrog step works with."""
+    Cholesky factor a leapfrog step works with; and about 100 floats' worth of scalars
+    and field names in the stored document (the tree's points are documents of their
+    own)."""
     dense = 3 * dim * dim if params.metric == "dense" else 0
-    return (25 + 3 * params.max_tree_depth) * dim + dense
+    return 100 + (25 + 3 * params.max_tree_depth) * dim + dense
 
 
 #: The sampler as the registry (:data:`core.SAMPLERS`) knows it.

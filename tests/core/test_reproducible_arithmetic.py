@@ -34,6 +34,8 @@ OPTIONS: dict[str, dict[str, Any]] = {
     "kmc-lite": {"num_centres": 60, "min_history": 20, "update_every": 15},
     "kmc-finite": {"num_features": 40, "min_history": 20, "update_every": 10},
     "mala": {"metric": "dense"},
+    "hmc": {"metric": "dense"},
+    "nuts": {"metric": "dense"},
 }
 DIM, WARMUP, ITERATIONS, CHAINS = 3, 200, 300, 2
 

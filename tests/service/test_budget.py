@@ -30,6 +30,8 @@ FILLED = {
     "kmc-lite": {"num_centres": 50, "update_every": 20, "min_history": 20},
     "kmc-finite": {"num_features": 50},
     "mala": {"metric": "dense"},
+    "hmc": {"metric": "dense"},
+    "nuts": {"metric": "dense"},
 }
 
 

@@ -7,6 +7,7 @@ import math
 from typing import Any
 
 import numpy as np
+import pytest
 from fastapi.testclient import TestClient
 
 from tests.service.conftest import ProblemCheck
@@ -185,3 +186,61 @@ def test_same_seed_and_told_values_replay_bit_for_bit(client: TestClient) -> Non
     ]
     assert pages[0]["chains"] == pages[1]["chains"]
     assert math.isfinite(pages[0]["chains"][0]["draws"][-1][0])
+
+
+MILD = np.array([0.5, 1.0, 2.0])
+
+
+def _mild(x: list[float]) -> tuple[float, list[float]]:
+    z = np.asarray(x) / MILD
+    return -0.5 * float(z @ z), (-z / MILD).tolist()
+
+
+@pytest.mark.parametrize("algorithm", ["hmc", "nuts"])
+def test_hamiltonian_samplers_over_http(client: TestClient, algorithm: str) -> None:
+    """A trajectory's points are handed out one at a time (kind ``leapfrog``, ids with
+    their step), and only a transition's end is a draw. (Targets in any units:
+    tests/core/test_hmc.py and test_nuts.py; here the protocol, on a mild target.)"""
+    warmup, iterations = 150, 350
+    sid = _create(
+        client, algorithm=algorithm, chains=4, warmup=warmup, max_iterations=warmup + iterations
+    )
+    seen = _run(client, sid, fn=_mild, batch=4)
+    leapfrogs = [p for p in seen if p["kind"] == "leapfrog"]
+    assert leapfrogs and all(p["id"].endswith(f".s{p['step']}") for p in leapfrogs if p["step"])
+    summary = client.get(f"/v1/sessions/{sid}").json()
+    chains = summary["chain_summaries"]
+    assert [c["iterations"] for c in chains] == [warmup + iterations] * 4
+    # Every evaluation is counted: several per transition.
+    assert all(c["evaluations"] > 2 * c["iterations"] for c in chains)
+    assert sum(c["evaluations"] for c in chains) == len(seen)
+    page = client.get(f"/v1/sessions/{sid}/draws").json()
+    draws = np.concatenate([np.array(c["draws"]) for c in page["chains"]])
+    # 1400 draws with an ESS of several hundred at least (the core tests measure it):
+    # each sd within 20 % of its scale, each mean within 0.2 scales.
+    np.testing.assert_allclose(draws.std(axis=0) / MILD, 1.0, rtol=0.2)
+    assert np.all(np.abs(draws.mean(axis=0) / MILD) < 0.2)
+
+
+def test_a_worker_lost_mid_trajectory_is_recovered_by_its_lease(client: TestClient) -> None:
+    """A leapfrog point whose worker vanished is handed out again when its lease runs out
+    (here: handed back), same id, same point; its tell then goes on with the trajectory."""
+    sid = _create(client, algorithm="hmc", chains=1, options={"gradient_check": 0})
+    (p,) = client.post(f"/v1/sessions/{sid}/ask", json={"max": 1}).json()["proposals"]
+    for _ in range(3):  # the initial point, then into the first trajectory
+        value, gradient = _scaled(p["x"])
+        told = {"id": p["id"], "log_density": value, "gradient": gradient}
+        (p,) = client.post(f"/v1/sessions/{sid}/step", json={"results": [told]}).json()["proposals"]
+    assert p["kind"] == "leapfrog" and p["step"] == 2
+    released = client.post(
+        f"/v1/sessions/{sid}/leases", json={"ids": [p["id"]], "lease_seconds": 0}
+    )
+    assert released.status_code == 200, released.text
+    (again,) = client.post(f"/v1/sessions/{sid}/ask", json={"max": 1}).json()["proposals"]
+    assert (again["id"], again["x"]) == (p["id"], p["x"])
+    value, gradient = _scaled(again["x"])
+    answer = client.post(
+        f"/v1/sessions/{sid}/tell",
+        json={"results": [{"id": again["id"], "log_density": value, "gradient": gradient}]},
+    ).json()
+    assert answer["results"][0]["outcome"] == "step"

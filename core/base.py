@@ -86,6 +86,7 @@ __all__ = [
     "reset",
     "tell_initial",
     "tell_one",
+    "transition_stats",
 ]
 
 FloatArray = npt.NDArray[np.float64]
@@ -271,6 +272,15 @@ class Sampler(Generic[S, P]):
         ``None``: each chain is told through ``tell``.
     evaluation
         What a told result must carry (:class:`Evaluation`).
+    acceptance_checked
+        Whether the acceptance-rate warnings (``acceptance_low``, ``acceptance_high``)
+        apply: a Metropolis-Hastings proposal is tuned toward an acceptance rate, but a
+        NUTS transition draws from its whole trajectory and moves almost always.
+    stats
+        Per-transition statistics recorded with each draw, as the names of ``State``
+        fields that hold the last transition's (as Stan records them: ``step_size``,
+        ``tree_depth``, ``n_steps``, ``diverging``, ``energy``); read by
+        :func:`transition_stats`.
     tell_gradient
         ``tell_gradient(state, params, proposal, logdensity, gradient)``: ``tell`` for a
         sampler that needs the gradient at each point (``evaluation.gradient``), which
@@ -288,6 +298,13 @@ class Sampler(Generic[S, P]):
     metropolis_adapt: Adapt[S, P] | None = None
     evaluation: Evaluation = Evaluation()
     tell_gradient: TellGradient[S, P] | None = None
+    stats: tuple[str, ...] = ()
+    acceptance_checked: bool = True
+
+
+def transition_stats(sampler: Sampler[Any, Any], state: Any) -> tuple[float, ...]:
+    """The values of ``sampler.stats`` in ``state``, after a transition, as floats."""
+    return tuple(float(getattr(state, name)) for name in sampler.stats)
 
 
 def tell_one(

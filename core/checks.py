@@ -48,6 +48,9 @@ Codes (stable; thresholds are module constants):
     parameter, among the parameters whose bulk ESS does not warn (with fewer
     effective draws a chain's own MCSE is too rough to compare chains by, and
     ``ess_bulk`` has spoken already). ``value``: that signed distance.
+``divergent``, ``low_ebfmi``
+    A Hamiltonian sampler's divergent transitions after warm-up, and a chain's E-BFMI
+    below 0.3 (:mod:`core.trajectory_checks`).
 
 Why these two chain checks besides R-hat and acceptance:
 
@@ -82,6 +85,7 @@ import numpy.typing as npt
 from kameleon.core.base import FloatArray
 from kameleon.core.diagnostics import MIN_DRAWS, ParameterSummary, chain_mean_z, summarize
 from kameleon.core.stopping import StopRule
+from kameleon.core.trajectory_checks import trajectory_findings
 
 __all__ = [
     "ACCEPTANCE_MAX",
@@ -132,6 +136,8 @@ CODES = (
     "acceptance_high",
     "stuck",
     "chain_mean",
+    "divergent",
+    "low_ebfmi",
 )
 """Every finding's code, in the order :func:`check` reports them."""
 
@@ -193,6 +199,10 @@ HINTS: dict[str, str] = {
     "acceptance_high": "run a longer warm-up so that the step size adapts",
     "stuck": "run a longer warm-up; with pseudo-marginal estimates, lower their variance",
     "chain_mean": "run longer; if it persists, that chain found another mode",
+    "divergent": "raise target_acceptance (e.g. 0.95) for smaller steps, or reparameterise "
+    "(a non-centred form of a hierarchical model)",
+    "low_ebfmi": "reparameterise (a non-centred form of a hierarchical model), or give the "
+    "parameters with heavy tails a transformed scale",
 }
 """What to try, per code: one line each."""
 
@@ -288,6 +298,8 @@ def check(
     *,
     summaries: Sequence[ParameterSummary] | None = None,
     log_density: npt.ArrayLike | None = None,
+    divergent: npt.ArrayLike | None = None,
+    energy: npt.ArrayLike | None = None,
 ) -> list[Finding]:
     """The warnings of a run, in the order of :data:`CODES`, parameters and chains.
 
@@ -305,6 +317,10 @@ def check(
     log_density
         The chains' log density at each draw, shape ``(chains, draws)``, or ``None``
         (then ``improper`` judges by the draws' magnitude alone).
+    divergent, energy
+        A Hamiltonian sampler's per-draw ``diverging`` flags and Hamiltonian, shape
+        ``(chains, draws)``, for the ``divergent`` and ``low_ebfmi`` findings
+        (:mod:`core.trajectory_checks`); ``None`` where not recorded.
 
     Returns
     -------
@@ -345,6 +361,7 @@ def check(
     # chains have enough effective draws; with fewer, ``ess_bulk`` has already warned.
     judged = [k for k, p in enumerate(summaries) if p["ess_bulk"] >= ess_min]
     found += _chain_means(values, names, judged)
+    found += [Finding(*f) for f in trajectory_findings(divergent, energy)]
     return found
 
 

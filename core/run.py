@@ -310,9 +310,32 @@ def sample_chains(
                 float(r.accepted[warmup : r.n].mean()) if r.n > warmup else None for r in runners
             ]
             log_density = np.stack([r.logdensity[warmup : r.n] for r in runners])
-            for finding in check(draws, names, acceptance, log_density=log_density):
+            divergent, energy = trajectory_stats([r.result() for r in runners], warmup)
+            for finding in check(
+                draws,
+                names,
+                acceptance if sampler.acceptance_checked else None,
+                log_density=log_density,
+                divergent=divergent,
+                energy=energy,
+            ):
                 warnings.warn(SamplingWarning(finding), stacklevel=3)
     return [r.result() for r in runners]
+
+
+def trajectory_stats(
+    results: Sequence[ChainResult], warmup: int
+) -> tuple[FloatArray | None, FloatArray | None]:
+    """The post-warm-up ``divergent`` and ``energy`` arguments of
+    :func:`core.checks.check` from the chains' recorded statistics (``None`` where the
+    sampler records none)."""
+
+    def stacked(name: str) -> FloatArray | None:
+        columns = [r.stat(name) for r in results]
+        kept = [c[warmup:] for c in columns if c is not None]
+        return np.stack(kept) if kept and len(kept) == len(columns) else None
+
+    return stacked("diverging"), stacked("energy")
 
 
 def _post(runners: Sequence[Runner], warmup: int) -> FloatArray:

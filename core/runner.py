@@ -10,7 +10,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from kameleon.core.base import FloatArray, Sampler, StepInfo, frozen_array, tell_one
+from kameleon.core.base import (
+    FloatArray,
+    Sampler,
+    StepInfo,
+    frozen_array,
+    tell_one,
+    transition_stats,
+)
 from kameleon.core.batch import accept_block, ask_many, tell_many
 from kameleon.core.initial import DEFAULT_MAX_ATTEMPTS, initial_point, redraw, start_radius
 
@@ -42,6 +49,10 @@ class ChainResult:
         ``min(1, alpha)`` of each proposal, shape ``(n,)``.
     state
         The final state.
+    stats
+        The sampler's per-transition statistics, shape ``(n, len(stat_names))``.
+    stat_names
+        Their names (the sampler record's ``stats``).
     """
 
     draws: FloatArray
@@ -50,6 +61,14 @@ class ChainResult:
     accepted: npt.NDArray[np.bool_]
     acceptance_probability: FloatArray
     state: Any
+    stats: FloatArray
+    stat_names: tuple[str, ...] = ()
+
+    def stat(self, name: str) -> FloatArray | None:
+        """One per-transition statistic (``None`` if the sampler does not record it)."""
+        if name not in self.stat_names:
+            return None
+        return self.stats[:, self.stat_names.index(name)]
 
 
 class Runner:
@@ -101,6 +120,7 @@ class Runner:
         self.told = np.empty(capacity)
         self.accepted = np.empty(capacity, dtype=bool)
         self.acceptance_probability = np.empty(capacity)
+        self.stats = np.empty((capacity, len(sampler.stats)))
 
     def advance(self, transitions: int) -> None:
         advance_together([self], transitions)
@@ -111,6 +131,8 @@ class Runner:
         self.logdensity[i] = state.logdensity
         self.accepted[i] = info.outcome == "accepted"
         self.acceptance_probability[i] = info.acceptance_probability
+        if self.stats.shape[1]:
+            self.stats[i] = transition_stats(self.sampler, state)
 
     def result(self) -> ChainResult:
         n = self.n
@@ -123,6 +145,8 @@ class Runner:
             accepted=accepted,
             acceptance_probability=frozen_array(self.acceptance_probability[:n]),
             state=self.state,
+            stats=frozen_array(self.stats[:n]),
+            stat_names=self.sampler.stats,
         )
 
 

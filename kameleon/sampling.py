@@ -25,7 +25,7 @@ from kameleon.core.checks import SamplingWarning, StopRule, check, group
 from kameleon.core.defaults import CHAINS, ITERATIONS, WARMUP
 from kameleon.core.diagnostics import ParameterSummary, summarize
 from kameleon.core.initial import DEFAULT_MAX_ATTEMPTS
-from kameleon.core.run import sample_chains
+from kameleon.core.run import sample_chains, trajectory_stats
 from kameleon.core.runner import EvaluateMany
 from kameleon.models import ChainDiagnostics, Diagnostics, ParameterDiagnostics
 from kameleon.result import Result
@@ -332,12 +332,16 @@ def _in_process(
         [float(c.accepted[kept].mean()) if c.accepted[kept].size else math.nan for c in chains]
     )
     summaries = summarize(draws, run.names) if draws.shape[1] else []
+    divergent, energy = trajectory_stats(chains, run.warmup)
+    checked = SAMPLERS[run.algorithm].acceptance_checked if run.algorithm in SAMPLERS else True
     findings = check(
         draws,
         run.names,
-        [None if math.isnan(a) else float(a) for a in acceptance],
+        [None if math.isnan(a) else float(a) for a in acceptance] if checked else None,
         summaries=summaries,
         log_density=log_density,
+        divergent=divergent,
+        energy=energy,
     )
     diagnostics = _local_diagnostics(draws, run, acceptance, summaries)
     bar.r_hat = diagnostics.max_r_hat

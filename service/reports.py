@@ -76,6 +76,16 @@ class DrawsChain(BaseModel):
         description="Whether each draw's transition accepted its proposal (false for an "
         "initial point): the per-draw acceptance that ArviZ calls `accepted`."
     )
+    sample_stats: dict[str, list[float]] | None = Field(
+        None,
+        description="Per-transition statistics of the samplers that record them, one "
+        "value per draw, as Stan records them: `step_size` (the step size the transition "
+        "used), `tree_depth` (nuts), `n_steps` (leapfrog steps, each one gradient "
+        "evaluation), `diverging` (1: the trajectory diverged), `energy` (the Hamiltonian "
+        "at the draw, for E-BFMI). Absent for the other samplers. In CSV they are the last "
+        "columns, named as Stan names them (`stepsize__`, `treedepth__`, `n_leapfrog__`, "
+        "`divergent__`, `energy__`).",
+    )
 
 
 class DrawsPage(BaseModel):

@@ -368,4 +368,5 @@ SAMPLER: Sampler[State, Params] = Sampler(
     metropolis_adapt=None,
     evaluation=Evaluation(gradient=True),
     tell_gradient=tell_gradient,
+    stats=("step_size", "n_steps", "diverging", "energy"),
 )

@@ -289,4 +289,5 @@ SAMPLER: Sampler[State, Params] = Sampler(
     chain_floats=chain_floats,
     evaluation=Evaluation(gradient=True),
     tell_gradient=tell_gradient,
+    stats=("step_size",),
 )

@@ -572,4 +572,6 @@ SAMPLER: Sampler[State, Params] = Sampler(
     metropolis_adapt=None,
     evaluation=Evaluation(gradient=True),
     tell_gradient=tell_gradient,
+    stats=("step_size", "tree_depth", "n_steps", "diverging", "energy"),
+    acceptance_checked=False,  # a multinomial draw from the trajectory moves almost always
 )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import io
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 from urllib.parse import urlencode
 
 import numpy as np
@@ -39,26 +39,51 @@ def _next_url(request: Request, next_start: int | None) -> str | None:
     return f"draws?{urlencode(params)}"
 
 
-def _json(names: list[str], slices: list[ChainSlice], thin: int, next_url: str | None) -> Response:
+#: The per-transition statistics' names in CSV, as Stan's CSV names them.
+STAN_NAMES = {
+    "step_size": "stepsize__",
+    "tree_depth": "treedepth__",
+    "n_steps": "n_leapfrog__",
+    "diverging": "divergent__",
+    "energy": "energy__",
+}
+
+
+def _json(
+    names: list[str],
+    slices: list[ChainSlice],
+    thin: int,
+    next_url: str | None,
+    stats: tuple[str, ...],
+) -> Response:
+    dim = len(names)
     chains = []
     for s in slices:
         iterations = list(range(s.first_iteration, s.first_iteration + thin * len(s.rows), thin))
-        chains.append(
-            {
-                "chain": s.chain,
-                "start": s.start,
-                "iterations": iterations,
-                "draws": np.ascontiguousarray(RowLayout.positions(s.rows)),
-                "log_density": np.ascontiguousarray(s.rows[:, RowLayout.LOG_DENSITY]),
-                "accepted": (s.rows[:, RowLayout.ACCEPTED] != 0).tolist(),
+        chain: dict[str, Any] = {
+            "chain": s.chain,
+            "start": s.start,
+            "iterations": iterations,
+            "draws": np.ascontiguousarray(RowLayout.positions(s.rows, dim)),
+            "log_density": np.ascontiguousarray(s.rows[:, RowLayout.LOG_DENSITY]),
+            "accepted": (s.rows[:, RowLayout.ACCEPTED] != 0).tolist(),
+        }
+        if stats:
+            columns = RowLayout.stats(s.rows, dim)
+            chain["sample_stats"] = {
+                name: np.ascontiguousarray(columns[:, k]) for k, name in enumerate(stats)
             }
-        )
+        chains.append(chain)
     return JSON({"param_names": names, "chains": chains, "next": next_url})
 
 
-def _csv(names: list[str], slices: list[ChainSlice], thin: int, warmup: int) -> str:
+def _csv(
+    names: list[str], slices: list[ChainSlice], thin: int, warmup: int, stats: tuple[str, ...]
+) -> str:
     out = io.StringIO()
-    out.write(",".join(["chain", "iteration", "warmup", "log_density", *_csv_names(names)]) + "\n")
+    header = ["chain", "iteration", "warmup", "log_density", *_csv_names(names)]
+    header += [STAN_NAMES.get(n, n + "__") for n in stats]
+    out.write(",".join(header) + "\n")
     for s in slices:
         for k, row in enumerate(s.rows):
             iteration = s.first_iteration + k * thin
@@ -87,7 +112,7 @@ def _csv_names(names: list[str]) -> list[str]:
 def _npy(slices: list[ChainSlice], dim: int) -> bytes:
     common = min((len(s.rows) for s in slices), default=0)
     array = (
-        np.stack([RowLayout.positions(s.rows[:common]) for s in slices])
+        np.stack([RowLayout.positions(s.rows[:common], dim) for s in slices])
         if slices
         else np.empty((0, 0, dim))
     )
@@ -156,10 +181,10 @@ async def get_draws(
     next_url = _next_url(request, next_start)
     names = list(meta.param_names)
     if format == "json":
-        return _json(names, slices, thin, next_url)
+        return _json(names, slices, thin, next_url, meta.stats)
     headers = {"Link": f'<{next_url}>; rel="next"'} if next_url else {}
     if format == "csv":
-        text = await run_in_threadpool(_csv, names, slices, thin, meta.warmup)
+        text = await run_in_threadpool(_csv, names, slices, thin, meta.warmup, meta.stats)
         return Response(text, media_type=_FORMATS["csv"], headers=headers)
     return Response(_npy(slices, meta.dim), media_type=_FORMATS["npy"], headers=headers)
 

@@ -39,7 +39,8 @@ def session_bytes(
     algorithm: str, dim: int, chains: int, params: Any, max_iterations: int | None
 ) -> int:
     """Every chain's state, and every draw row if the session has ``max_iterations``."""
-    draws = RowLayout.nbytes(dim) * max_iterations if max_iterations is not None else 0
+    row = RowLayout.nbytes(dim, row_stats(algorithm))
+    draws = row * max_iterations if max_iterations is not None else 0
     return chains * (chain_bytes(algorithm, dim, params) + draws)
 
 
@@ -49,14 +50,23 @@ def session_bytes(
 GROW_BYTES = 4 * 2**20
 
 
-def iteration_bytes(dim: int, chains: int) -> int:
-    """The draw rows one iteration of every chain appends."""
-    return chains * RowLayout.nbytes(dim)
+def row_stats(algorithm: str) -> int:
+    """The per-transition statistics in each of ``algorithm``'s draw rows."""
+    from kameleon.core import SAMPLERS
+
+    sampler = SAMPLERS.get(algorithm)
+    return len(sampler.stats) if sampler is not None else 0
 
 
-def grant_step(dim: int, chains: int) -> int:
+def iteration_bytes(dim: int, chains: int, stats: int = 0) -> int:
+    """The draw rows one iteration of every chain appends (``stats``: the sampler's
+    per-transition statistics in each)."""
+    return chains * RowLayout.nbytes(dim, stats)
+
+
+def grant_step(dim: int, chains: int, stats: int = 0) -> int:
     """Iterations per chain that an open-ended session reserves at a time."""
-    return max(100, GROW_BYTES // iteration_bytes(dim, chains))
+    return max(100, GROW_BYTES // iteration_bytes(dim, chains, stats))
 
 
 def quota_of(settings: Settings) -> Quota:

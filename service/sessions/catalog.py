@@ -73,7 +73,7 @@ def reservation(meta: SessionMeta) -> tuple[int, int]:
     of them with ``max_iterations``, else the first of an open-ended session's steps."""
     grant = meta.max_iterations
     if grant is None:
-        grant = grant_step(meta.dim, meta.chains)
+        grant = grant_step(meta.dim, meta.chains, len(meta.stats))
     size = session_bytes(meta.algorithm, meta.dim, meta.chains, meta.params, grant)
     return size, grant
 
@@ -169,7 +169,7 @@ class Catalog:
             try:
                 await reserve(self.store, new, self.settings)
             except QuotaExceeded as exc:
-                raise refusal(exc, iteration_bytes(new.dim, new.chains)) from None
+                raise refusal(exc, iteration_bytes(new.dim, new.chains, len(new.stats))) from None
             if await self.store.revise(session_id, new.to_bytes(), new.revision):
                 self._meta.put(session_id, new)
                 await rewrite_chains(self.store, self.chains, new, notes.stopped_by is None)

@@ -23,7 +23,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from kameleon.core.base import FloatArray, Proposal, StepInfo, tell_one
+from kameleon.core.base import FloatArray, Proposal, StepInfo, tell_one, transition_stats
 from kameleon.core.batch import tell_many
 from kameleon.core.initial import redraw
 from kameleon.core.serialization import cold_changed
@@ -281,7 +281,13 @@ def _plan(
         init_value = told.value if new.epoch == chain.state.epoch else None
         init_told = True
     elif info.outcome != "step":  # "step": an evaluation within a transition, no draw
-        draw = RowLayout.pack(told.value, new.logdensity, info.outcome == "accepted", new.position)
+        draw = RowLayout.pack(
+            told.value,
+            new.logdensity,
+            info.outcome == "accepted",
+            new.position,
+            transition_stats(meta.sampler, new),
+        )
     update, after = _write(meta, chain, new, init_value, draw, init_told, lease)
     return ChainPlan(outcomes, judged.conflicts, update, after)
 

@@ -62,11 +62,16 @@ class Diagnostics:
                 }
             )
         common = min(len(a) for a in arrays)
-        draws = np.stack([RowLayout.positions(a[:common]) for a in arrays])
+        draws = np.stack([RowLayout.positions(a[:common], meta.dim) for a in arrays])
         log_density = np.stack([a[:common, RowLayout.LOG_DENSITY] for a in arrays])
         acceptance = [c["acceptance_rate"] for c in chains]
+        recorded = {
+            name: np.stack([RowLayout.stats(a[:common], meta.dim)[:, k] for a in arrays])
+            for k, name in enumerate(meta.stats)
+        }
+        checked = acceptance if meta.sampler.acceptance_checked else None
         stats, found = await asyncio.to_thread(
-            _compute, draws, meta.param_names, acceptance, log_density
+            _compute, draws, meta.param_names, checked, log_density, recorded
         )
         warnings = [{k: _none_if_not_finite(v) for k, v in f.as_dict().items()} for f in found]
         doc = {
@@ -118,12 +123,26 @@ def crossed(meta: SessionMeta, iteration: int) -> int:
 
 
 def _compute(
-    draws: Rows, names: Sequence[str], acceptance: Sequence[float | None], log_density: Rows
+    draws: Rows,
+    names: Sequence[str],
+    acceptance: Sequence[float | None] | None,
+    log_density: Rows,
+    recorded: dict[str, Rows],
 ) -> tuple[list[Any], list[Any]]:
     """Per-parameter statistics and the warnings of ``draws``, shape (chains, draws, dim),
-    with the log density at each, shape (chains, draws)."""
+    with the log density at each and the sampler's recorded statistics, shape (chains,
+    draws)."""
     stats = summarize(draws, names)
-    return list(stats), check(draws, names, acceptance, summaries=stats, log_density=log_density)
+    found = check(
+        draws,
+        names,
+        acceptance,
+        summaries=stats,
+        log_density=log_density,
+        divergent=recorded.get("diverging"),
+        energy=recorded.get("energy"),
+    )
+    return list(stats), found
 
 
 def _statistics(parameter: dict[str, Any]) -> Any:

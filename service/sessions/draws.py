@@ -20,8 +20,9 @@ __all__ = ["ChainSlice", "DrawsQuery", "RowLayout", "Rows", "read_rows", "read_s
 
 async def read_rows(store: Store, meta: SessionMeta, chain: int, start: int, stop: int) -> Rows:
     """Draw rows ``[start, stop)`` of one chain (clipped to those there are)."""
-    raw = await store.read_draws(meta.id, chain, start, stop, RowLayout.nbytes(meta.dim))
-    return RowLayout.parse(raw, meta.dim)
+    stats = len(meta.stats)
+    raw = await store.read_draws(meta.id, chain, start, stop, RowLayout.nbytes(meta.dim, stats))
+    return RowLayout.parse(raw, meta.dim, stats)
 
 
 async def told(store: Store, meta: SessionMeta, chain: int, iteration: int) -> float:
@@ -48,7 +49,7 @@ class ChainSlice:
     chain: int
     start: int  # index of the first row within the selection
     first_iteration: int
-    rows: Rows  # (n, RowLayout.width(dim)), thinned
+    rows: Rows  # (n, RowLayout.width(dim, stats)), thinned
 
 
 async def read_slices(
@@ -72,7 +73,7 @@ async def read_slices(
             rows = await read_rows(store, meta, record.chain, offset + query.start, offset + end)
             rows = rows[:: query.thin]
         else:
-            rows = np.empty((0, RowLayout.width(meta.dim)))
+            rows = np.empty((0, RowLayout.width(meta.dim, len(meta.stats))))
         more = more or stop > query.start + span
         slices.append(ChainSlice(record.chain, query.start, offset + query.start + 1, rows))
     return slices, (query.start + span if more else None)

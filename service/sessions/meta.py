@@ -139,6 +139,11 @@ class SessionMeta:
         defaults = describe_params(type(self.params), dim=None, warmup=None)
         return {name: getattr(self.params, name) for name in defaults}
 
+    @property
+    def stats(self) -> tuple[str, ...]:
+        """The per-transition statistics each draw row carries (the sampler's)."""
+        return self.sampler.stats
+
     def is_done(self, state: Any) -> bool:
         return self.max_iterations is not None and state.iteration >= self.max_iterations
 

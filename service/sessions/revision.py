@@ -93,7 +93,7 @@ async def reserve(store: Store, meta: SessionMeta, settings: Settings) -> None:
     (an open-ended session grows as it goes: :meth:`Stepper._paid_for`)."""
     if meta.max_iterations is None:
         return
-    size = iteration_bytes(meta.dim, meta.chains)
+    size = iteration_bytes(meta.dim, meta.chains, len(meta.stats))
     await store.grow(meta.id, meta.max_iterations, size, quota_of(settings))
 
 

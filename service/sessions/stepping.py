@@ -183,12 +183,12 @@ class Stepper:
         """Whether an open-ended session's reservation pays for its chains' draws up to
         ``iteration`` and a quarter of a step beyond, reserving a further step when it
         does not; when the quotas refuse, the session is stopped (``"quota"``)."""
-        step = grant_step(meta.dim, meta.chains)
+        step = grant_step(meta.dim, meta.chains, len(meta.stats))
         need = iteration + step // 4
         if need <= int(self._grants.get(meta.id, 0)):
             return True
         target = (need // step + 1) * step
-        per_iteration = iteration_bytes(meta.dim, meta.chains)
+        per_iteration = iteration_bytes(meta.dim, meta.chains, len(meta.stats))
         whole = session_bytes(meta.algorithm, meta.dim, meta.chains, meta.params, target)
         try:
             if whole > self.settings.max_session_bytes:

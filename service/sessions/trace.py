@@ -86,14 +86,14 @@ async def read_trace(
     selected = [max(0, n - offset) for n in lengths]
     stride = stride_for(max(selected, default=0), query.points)
     picked = [RowLayout.POSITION + p for p in query.params]
-    nbytes = RowLayout.nbytes(meta.dim)
+    nbytes = RowLayout.nbytes(meta.dim, len(meta.stats))
     chains: list[dict[str, Any]] = []
     kept: list[Rows] = []
     for chain, length in enumerate(selected):
         raw = await store.read_draws_strided(
             meta.id, chain, offset, offset + length, stride, nbytes
         )
-        rows = RowLayout.parse(raw, meta.dim)
+        rows = RowLayout.parse(raw, meta.dim, len(meta.stats))
         kept.append(rows)
         chains.append(
             {

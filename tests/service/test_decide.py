@@ -79,7 +79,7 @@ def test_a_transition_writes_one_row_in_the_layout() -> None:
     assert row[RowLayout.TOLD] == -0.5
     assert row[RowLayout.LOG_DENSITY] == after.state.logdensity
     assert row[RowLayout.ACCEPTED] == (plan.outcomes[0] == "accepted")
-    assert list(RowLayout.positions(row[None, :])[0]) == list(after.state.position)
+    assert list(RowLayout.positions(row[None, :], meta.dim)[0]) == list(after.state.position)
     assert (after.version, after.draws, after.state.iteration) == (2, 1, 1)
 
 

@@ -144,7 +144,9 @@ CASES = [
     case("tell-result-number", "POST", TELL, {"results": [1]}, 422),
     case("step-array", "POST", STEP, [], 422),
     # ------------------------------------------------------------------------- create
-    case("unknown-algorithm", "POST", SESSIONS, create(algorithm="nuts"), 422, "algorithm"),
+    case(
+        "unknown-algorithm", "POST", SESSIONS, create(algorithm="no-such-sampler"), 422, "algorithm"
+    ),
     case("dim-string", "POST", SESSIONS, create(dim="2"), 422, "dim"),
     case("dim-float", "POST", SESSIONS, create(dim=2.0), 422, "dim"),
     case("dim-zero", "POST", SESSIONS, create(dim=0), 422, "dim"),

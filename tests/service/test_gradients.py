@@ -244,3 +244,55 @@ def test_a_worker_lost_mid_trajectory_is_recovered_by_its_lease(client: TestClie
         json={"results": [{"id": again["id"], "log_density": value, "gradient": gradient}]},
     ).json()
     assert answer["results"][0]["outcome"] == "step"
+
+
+def test_nuts_records_stan_statistics_with_each_draw(client: TestClient) -> None:
+    """Per transition, where Stan users look for them: ``sample_stats`` in JSON, the last
+    columns in CSV; ``n_steps`` counts the gradient evaluations of each transition."""
+    sid = _create(client, algorithm="nuts", chains=2, warmup=50, max_iterations=150)
+    _run(client, sid, fn=_mild, batch=2)
+    page = client.get(f"/v1/sessions/{sid}/draws", params={"include_warmup": "true"}).json()
+    summary = client.get(f"/v1/sessions/{sid}").json()
+    for chain, counted in zip(page["chains"], summary["chain_summaries"], strict=True):
+        stats = chain["sample_stats"]
+        assert set(stats) == {"step_size", "tree_depth", "n_steps", "diverging", "energy"}
+        assert all(len(v) == 150 for v in stats.values())
+        steps = np.array(stats["n_steps"])
+        depth = np.array(stats["tree_depth"])
+        assert np.all(steps >= 1) and np.all(steps <= 2**depth)  # a tree of that depth
+        assert set(stats["diverging"]) <= {0.0, 1.0}
+        assert np.all(np.isfinite(stats["energy"]))
+        # The initial point, the gradient check (chain 0: 2 points per coordinate), and
+        # one gradient per leapfrog step.
+        check = 6 if chain["chain"] == 0 else 0
+        assert counted["evaluations"] == 1 + check + int(steps.sum())
+    csv = client.get(f"/v1/sessions/{sid}/draws", params={"format": "csv"}).text
+    header = csv.splitlines()[0].split(",")
+    assert header[-5:] == ["stepsize__", "treedepth__", "n_leapfrog__", "divergent__", "energy__"]
+    mala = _create(client, chains=1, max_iterations=20)
+    _run(client, mala)
+    mala_page = client.get(f"/v1/sessions/{mala}/draws").json()
+    assert set(mala_page["chains"][0]["sample_stats"]) == {"step_size"}
+    rwm = _create(client, algorithm="rwm", chains=1, max_iterations=20)
+    _run(client, rwm, fn=lambda x: (_mild(x)[0], None))
+    assert "sample_stats" not in client.get(f"/v1/sessions/{rwm}/draws").json()["chains"][0]
+
+
+def test_divergent_transitions_are_warned(client: TestClient) -> None:
+    """A step size far too large for the target, not adapted: every trajectory diverges,
+    and the session's warnings say so (and no acceptance warning for NUTS)."""
+    sid = _create(
+        client,
+        algorithm="nuts",
+        chains=2,
+        warmup=10,
+        max_iterations=120,
+        options={"step_size": 20.0, "adapt_step_size": False, "gradient_check": 0},
+    )
+    _run(client, sid, fn=_mild, batch=2)
+    warnings = client.get(f"/v1/sessions/{sid}/diagnostics").json()["warnings"]
+    codes = {w["code"] for w in warnings}
+    assert "divergent" in codes
+    divergent = next(w for w in warnings if w["code"] == "divergent")
+    assert divergent["value"] > 100 and "diverged" in divergent["message"]
+    assert not codes & {"acceptance_low", "acceptance_high"}

@@ -9,6 +9,14 @@ vector. A model error, or an output that is NaN or +inf, is told as -inf (outsid
 support) with a warning, so one bad point never stops a run; -inf itself is told as
 such. Leases make a crashed driver's work reappear for the next one.
 
+An algorithm that uses gradients (``mala``, ``hmc``, ``nuts``) needs the model's
+gradient: the driver tells, with each log density, the gradient of that output with
+respect to the input, ``model.gradient(0, 0, [x], [1.0], config)`` (UM-Bridge's
+``Gradient``, with sensitivity 1). A model that does not support ``Gradient`` is
+refused before anything is created. Every evaluation a transition needs (kinds
+``leapfrog``, ``gradient_check``) is evaluated the same way; a gradient that fails or is
+not finite is told as -inf, with a warning, like a failed evaluation.
+
 Needs the ``umbridge`` package (``pip install 'kameleon[umbridge]'``).
 """
 
@@ -22,7 +30,13 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-__all__ = ["add_command", "drive", "log_density_of"]
+__all__ = [
+    "add_command",
+    "drive",
+    "log_density_and_gradient_of",
+    "log_density_of",
+    "needs_gradient",
+]
 
 log = logging.getLogger("kameleon.umbridge")
 
@@ -63,6 +77,46 @@ def log_density_of(model: Any, x: list[float], config: dict[str, Any]) -> float 
     return value if value != -math.inf else None
 
 
+def log_density_and_gradient_of(
+    model: Any, x: list[float], config: dict[str, Any]
+) -> tuple[float | None, list[float] | None]:
+    """The model's log density at ``x`` and its gradient there (the gradient of output
+    0 with respect to input 0, sensitivity 1); ``(None, None)`` (told as -inf), with a
+    warning, when either fails or is not finite. Outside the support, no gradient."""
+    value = log_density_of(model, x, config)
+    if value is None:
+        return None, None
+    try:
+        gradient = [float(g) for g in model.gradient(0, 0, [list(x)], [1.0], config)]
+    except Exception as exc:
+        log.warning("the model's gradient failed at %s (%s); told as -inf", x, exc)
+        return None, None
+    if len(gradient) != len(x) or not all(math.isfinite(g) for g in gradient):
+        log.warning("the model's gradient at %s is %s; told as -inf", x, gradient)
+        return None, None
+    return value, gradient
+
+
+def needs_gradient(algorithm: str) -> bool:
+    """Whether a session of ``algorithm`` needs the gradient with every result."""
+    from kameleon.core import SAMPLERS
+
+    sampler = SAMPLERS.get(algorithm)
+    if sampler is None:  # a service newer than this client: go by the name
+        return algorithm in ("mala", "hmc", "nuts")
+    return bool(sampler.evaluation.gradient)
+
+
+def _check_gradient(model: Any, args: argparse.Namespace, algorithm: str) -> None:
+    """Fail early when the algorithm needs a gradient that the model does not give."""
+    if needs_gradient(algorithm) and not model.supports_gradient():
+        raise ValueError(
+            f"the algorithm {algorithm!r} needs the log density's gradient, and the UM-Bridge "
+            f"model {args.model!r} at {args.model_url} does not support Gradient: give the "
+            "model a gradient, or choose a gradient-free algorithm (e.g. --algorithm am)"
+        )
+
+
 def _model(args: argparse.Namespace) -> Any:
     try:
         import umbridge  # type: ignore[import-untyped]
@@ -89,18 +143,26 @@ def drive(args: argparse.Namespace) -> int:
         raise ValueError(f"--model-config is not JSON: {exc}") from None
     model = _model(args)
     inputs = int(sum(model.get_input_sizes(config)))
+    if args.session is None:
+        _check_gradient(model, args, args.algorithm)  # before a session is created
     with Client(args.url, api_key=args.api_key) as client:
         session = _session(client, args, inputs)
+        _check_gradient(model, args, session.algorithm)
+        gradients = needs_gradient(session.algorithm)
         print(f"session {session.id}", flush=True)
         counts = {"evaluations": 0, "outside": 0}
         lock = threading.Lock()
 
-        def evaluate(x: Any) -> float | None:
-            value = log_density_of(model, x, config)
+        def evaluate(x: Any) -> float | tuple[float | None, list[float] | None] | None:
+            gradient = None
+            if gradients:
+                value, gradient = log_density_and_gradient_of(model, x, config)
+            else:
+                value = log_density_of(model, x, config)
             with lock:
                 counts["evaluations"] += 1
                 counts["outside"] += value is None
-            return value
+            return (value, gradient) if gradients else value
 
         with ThreadPoolExecutor(args.concurrency) as pool:
             workers = [
@@ -143,8 +205,18 @@ def _session(client: Any, args: argparse.Namespace, inputs: int) -> Any:
     return session
 
 
+def _result(proposal_id: str, evaluated: Any) -> Any:
+    """What to tell: ``(id, log density)``, or with a gradient the result's mapping."""
+    if not isinstance(evaluated, tuple):
+        return (proposal_id, evaluated)
+    value, gradient = evaluated
+    if value is None:
+        return {"id": proposal_id, "log_density": None}  # outside: no gradient due
+    return {"id": proposal_id, "log_density": value, "gradient": gradient}
+
+
 def _worker(
-    client: Any, session_id: str, evaluate: Callable[[Any], float | None], lease_seconds: float
+    client: Any, session_id: str, evaluate: Callable[[Any], Any], lease_seconds: float
 ) -> None:
     """Ask, evaluate, step, until the session is done or a chain waits for a reset."""
     answer = client.ask(session_id, max=1, lease_seconds=lease_seconds)
@@ -154,7 +226,8 @@ def _worker(
         if not answer.proposals:
             answer = client.ask(session_id, max=1, lease_seconds=lease_seconds, wait_seconds=5)
             continue
-        results = [(p.id, evaluate(p.x)) for p in answer.proposals]
+        # Every kind of proposal (init, proposal, leapfrog, gradient_check) alike.
+        results = [_result(p.id, evaluate(p.x)) for p in answer.proposals]
         answer = _tell(client, session_id, results, lease_seconds)
 
 
@@ -169,4 +242,8 @@ def _tell(client: Any, session_id: str, results: list[Any], lease_seconds: float
         except Conflict as exc:
             if not exc.ids:
                 raise
-            results = [r for r in results if r[0] not in set(exc.ids)]
+            results = [r for r in results if _id(r) not in set(exc.ids)]
+
+
+def _id(result: Any) -> str:
+    return str(result[0] if isinstance(result, tuple) else result["id"])

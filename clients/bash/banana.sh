@@ -9,7 +9,10 @@
 #     KAMELEON_API_KEY        sent as X-API-Key when set
 #     KAMELEON_SESSION        work on this existing session instead of creating one
 #                             (how workers on other machines join a run)
-#     KAMELEON_ALGORITHM      am (default), rwm, kameleon, kmc-lite, kmc-finite
+#     KAMELEON_ALGORITHM      am (default), rwm, kameleon, kmc-lite, kmc-finite; or one
+#                             that uses gradients, mala, hmc, nuts: each result then
+#                             carries the banana's gradient (log_density_gradient). A
+#                             worker that joins such a session names its algorithm too.
 #     KAMELEON_OPTIONS        algorithm options as a JSON object (default: none)
 #     KAMELEON_CHAINS         chains (default 4)
 #     KAMELEON_ITERATIONS     draws kept per chain after warm-up (default 2000)
@@ -32,6 +35,11 @@ WARMUP=${KAMELEON_WARMUP:-1000}
 WORKERS=${KAMELEON_WORKERS:-2}
 MAX=${KAMELEON_MAX:-$(((CHAINS + WORKERS - 1) / WORKERS))}
 LEASE=${KAMELEON_LEASE_SECONDS:-}
+ALGORITHM=${KAMELEON_ALGORITHM:-am}
+case $ALGORITHM in
+mala | hmc | nuts) GRADIENT=1 ;; # these need the gradient with every result
+*) GRADIENT=0 ;;
+esac
 
 # The target: reads points, one a line (coordinates separated by blanks), and writes one
 # log density a line, "-inf" outside the support. Your model goes here; for a program
@@ -43,6 +51,18 @@ log_density() {
         u = $2 - b * ($1 * $1 - v)   # the untwisted second coordinate
         if (u > band || u < -band) print "-inf"
         else printf "%.17g\n", -0.5 * ($1 * $1 / v + u * u)
+    }'
+}
+
+# The same, for the algorithms that use gradients: one line a point, the log density then
+# its gradient ("value g1 g2"), or "-inf" alone outside the support. The service checks
+# the gradient against finite differences at the first chain's initial point and stops
+# the session, naming the coordinate, when it is wrong.
+log_density_gradient() {
+    awk -v b="$B" -v v="$V" -v band="$BAND" '{
+        u = $2 - b * ($1 * $1 - v)
+        if (u > band || u < -band) print "-inf"
+        else printf "%.17g %.17g %.17g\n", -0.5 * ($1 * $1 / v + u * u), -$1 / v + 2 * b * $1 * u, -u
     }'
 }
 
@@ -90,7 +110,8 @@ expect() {
 # next ones (step), until the session is done.
 worker() {
     local n=$1 session=$2 evaluations=0 outside=0 ask results value line i
-    local done count stranded ids points values
+    local done count stranded ids points values gradient evaluate=log_density
+    ((GRADIENT)) && evaluate=log_density_gradient
     ask="{\"max\":$MAX${LEASE:+,\"lease_seconds\":$LEASE}}"
     # One jq for the whole run (starting jq costs more than the rest of a step): it reads
     # each answer and writes "done count stranded", then "id x1 x2 ..." per proposal.
@@ -119,11 +140,13 @@ worker() {
             expect 200
             continue
         fi
-        mapfile -t values < <(printf '%s' "$points" | log_density)
-        ((${#values[@]} == count)) || die "log_density wrote ${#values[@]} values for $count points"
+        # Every kind of proposal (init, proposal, and the leapfrog and gradient_check points
+        # within a transition of a gradient sampler) is evaluated the same way.
+        mapfile -t values < <(printf '%s' "$points" | "$evaluate")
+        ((${#values[@]} == count)) || die "$evaluate wrote ${#values[@]} values for $count points"
         results=""
         for i in "${!ids[@]}"; do
-            value=${values[i]}
+            read -r value gradient <<<"${values[i]}"
             case $value in
             -inf | -Infinity) # outside the support: JSON has no infinity
                 value=null
@@ -131,7 +154,13 @@ worker() {
                 ;;
             "" | *[!-+.0-9eE]*) die "log density '$value' at ${ids[i]} is not a number" ;;
             esac
-            results+="${results:+,}{\"id\":\"${ids[i]}\",\"log_density\":$value}"
+            if ((GRADIENT)) && [[ $value != null ]]; then
+                [[ -n $gradient ]] || die "no gradient at ${ids[i]}"
+                gradient="\"gradient\":[${gradient// /,}]"
+                results+="${results:+,}{\"id\":\"${ids[i]}\",\"log_density\":$value,$gradient}"
+            else
+                results+="${results:+,}{\"id\":\"${ids[i]}\",\"log_density\":$value}"
+            fi
         done
         evaluations=$((evaluations + count))
         # Tell the values and ask for the next proposals in one round trip.
@@ -156,7 +185,7 @@ if [[ -n ${KAMELEON_SESSION:-} ]]; then
     SESSION=$KAMELEON_SESSION
 else
     # Start the chains on the ridge, spread over +-1.5 sd of y1.
-    body=$(jq -cn --arg algorithm "${KAMELEON_ALGORITHM:-am}" --argjson chains "$CHAINS" \
+    body=$(jq -cn --arg algorithm "$ALGORITHM" --argjson chains "$CHAINS" \
         --argjson warmup "$WARMUP" --argjson iterations "$ITERATIONS" \
         --argjson seed "${KAMELEON_SEED:-1}" --argjson options "${KAMELEON_OPTIONS:-{\}}" \
         --argjson b "$B" --argjson v "$V" '

@@ -11,7 +11,11 @@
  *     KAMELEON_API_KEY        sent as X-API-Key when set
  *     KAMELEON_SESSION        work on this existing session instead of creating one
  *                             (how workers on other machines join a run)
- *     KAMELEON_ALGORITHM      am (default), rwm, kameleon, kmc-lite, kmc-finite
+ *     KAMELEON_ALGORITHM      am (default), rwm, kameleon, kmc-lite, kmc-finite; or one
+ *                             that uses gradients, mala, hmc, nuts: each result then
+ *                             carries the banana's gradient (log_density_gradient).
+ *                             A worker that joins such a session (KAMELEON_SESSION)
+ *                             names its algorithm here too.
  *     KAMELEON_OPTIONS        algorithm options as a JSON object (default: none)
  *     KAMELEON_CHAINS         chains (default 4)
  *     KAMELEON_ITERATIONS     draws kept per chain after warm-up (default 2000)
@@ -26,7 +30,7 @@
  * outside a band of half-width BAND around the ridge, |y2 - b (y1^2 - v)| > BAND: the
  * cut is symmetric in the untwisted coordinate, so the mean stays 0 and Var y1 stays v,
  * and a sampler meets -inf at every proposal that leaves the band.
- * Replace log_density with your own.
+ * Replace log_density (and log_density_gradient, for mala, hmc, nuts) with your own.
  */
 #include <math.h>
 #include <stdio.h>
@@ -46,6 +50,17 @@ static double log_density(const double *y, int dim, void *data) {
     double u = y[1] - B * (y[0] * y[0] - V); /* the untwisted second coordinate */
     if (fabs(u) > BAND) return -INFINITY;   /* outside the support */
     return -0.5 * (y[0] * y[0] / V + u * u);
+}
+
+/* The same log density and its gradient, for the algorithms that use gradients. The
+ * service checks the gradient against finite differences at the first chain's initial
+ * point and stops the session, naming the coordinate, when it is wrong. */
+static double log_density_gradient(const double *y, int dim, double *gradient, void *data) {
+    double u = y[1] - B * (y[0] * y[0] - V);
+    double value = log_density(y, dim, data);
+    gradient[0] = -y[0] / V + 2.0 * B * y[0] * u; /* d/dy1 of -(y1^2/v + u^2)/2 */
+    gradient[1] = -u;                              /* d/dy2 */
+    return value;
 }
 
 static const char *env(const char *name, const char *fallback) {
@@ -68,6 +83,7 @@ int main(void) {
     int max = (int)env_long("KAMELEON_MAX", (chains + workers - 1) / workers);
     double lease = atof(env("KAMELEON_LEASE_SECONDS", "0"));
 
+    const char *algorithm = env("KAMELEON_ALGORITHM", "am");
     kc_client *kc = kc_open(url, api_key);
     if (kc == NULL) return 1;
     char id[128];
@@ -86,7 +102,7 @@ int main(void) {
             initial[DIM * c] = y1;
             initial[DIM * c + 1] = B * (y1 * y1 - V);
         }
-        if (kc_create_session(kc, env("KAMELEON_ALGORITHM", "am"), DIM, chains, warmup,
+        if (kc_create_session(kc, algorithm, DIM, chains, warmup,
                               warmup + iterations, env_long("KAMELEON_SEED", 1), initial,
                               env("KAMELEON_OPTIONS", NULL), id, sizeof id) != 0) {
             kc_close(kc);
@@ -95,7 +111,10 @@ int main(void) {
     }
     printf("session %s\n", id);
 
-    int rc = kc_run_workers(url, api_key, id, workers, max, lease, log_density, NULL);
+    int rc = kc_needs_gradient(algorithm)
+                 ? kc_run_workers_gradient(url, api_key, id, workers, max, lease,
+                                           log_density_gradient, NULL)
+                 : kc_run_workers(url, api_key, id, workers, max, lease, log_density, NULL);
     if (rc == 0) rc = kc_print_diagnostics(kc, id);
     kc_close(kc);
     return rc == 0 ? 0 : 1;

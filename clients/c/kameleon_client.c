@@ -193,17 +193,36 @@ static int drop_conflicts(cJSON *results, const cJSON *problem) {
     return dropped;
 }
 
-/* Evaluate f at every proposal of an ask/step answer: a new array of results. */
-static cJSON *evaluate(const cJSON *proposals, kc_log_density f, void *data, kc_counts *counts) {
+/* The log density a worker evaluates: without a gradient, or with one. */
+typedef struct {
+    kc_log_density f;
+    kc_log_density_gradient fg;
+    void *data;
+} target;
+
+int kc_needs_gradient(const char *algorithm) {
+    static const char *const gradient_algorithms[] = {"mala", "hmc", "nuts"};
+    for (size_t i = 0; i < sizeof gradient_algorithms / sizeof *gradient_algorithms; i++) {
+        if (algorithm != NULL && strcmp(algorithm, gradient_algorithms[i]) == 0) return 1;
+    }
+    return 0;
+}
+
+/* Evaluate the target at every proposal of an ask/step answer: a new array of results.
+ * Every kind of proposal (init, proposal, leapfrog, gradient_check, or one this client
+ * does not know) is evaluated the same way. */
+static cJSON *evaluate(const cJSON *proposals, const target *t, kc_counts *counts) {
     cJSON *results = cJSON_CreateArray();
     const cJSON *p;
     cJSON_ArrayForEach(p, proposals) {
         const cJSON *x = cJSON_GetObjectItemCaseSensitive(p, "x");
         int dim = cJSON_GetArraySize(x);
-        double *point = malloc(sizeof(double) * (size_t)(dim > 0 ? dim : 1));
+        size_t n = (size_t)(dim > 0 ? dim : 1);
+        double *point = malloc(2 * sizeof(double) * n);
+        double *gradient = point + n;
         for (int j = 0; j < dim; j++) point[j] = cJSON_GetArrayItem(x, j)->valuedouble;
-        double value = f(point, dim, data);
-        free(point);
+        double value = t->fg != NULL ? t->fg(point, dim, gradient, t->data)
+                                     : t->f(point, dim, t->data);
         cJSON *result = cJSON_CreateObject();
         cJSON_AddStringToObject(result, "id", cJSON_GetObjectItemCaseSensitive(p, "id")->valuestring);
         if (isinf(value) && value < 0) {
@@ -211,7 +230,11 @@ static cJSON *evaluate(const cJSON *proposals, kc_log_density f, void *data, kc_
             counts->outside++;
         } else {
             cJSON_AddNumberToObject(result, "log_density", value);
+            /* The gradient only where the log density is finite (outside, none is due). */
+            if (t->fg != NULL)
+                cJSON_AddItemToObject(result, "gradient", cJSON_CreateDoubleArray(gradient, dim));
         }
+        free(point);
         counts->evaluations++;
         cJSON_AddItemToArray(results, result);
     }
@@ -232,8 +255,8 @@ static int check_outcomes(const cJSON *answer) {
     return 0;
 }
 
-int kc_work(kc_client *kc, const char *id, int max, double lease_seconds, kc_log_density f,
-            void *data, kc_counts *counts) {
+static int work(kc_client *kc, const char *id, int max, double lease_seconds, const target *t,
+                kc_counts *counts) {
     kc_counts ignored = {0, 0};
     if (counts == NULL) counts = &ignored;
     char ask_path[512], step_path[512];
@@ -267,7 +290,7 @@ int kc_work(kc_client *kc, const char *id, int max, double lease_seconds, kc_log
         }
         /* Tell the values and ask for the next proposals in one round trip. */
         cJSON *step = cJSON_CreateObject();
-        cJSON *results = evaluate(proposals, f, data, counts);
+        cJSON *results = evaluate(proposals, t, counts);
         cJSON_AddItemToObject(step, "results", results);
         cJSON_AddNumberToObject(step, "max", max);
         if (lease_seconds > 0) cJSON_AddNumberToObject(step, "lease_seconds", lease_seconds);
@@ -288,8 +311,20 @@ int kc_work(kc_client *kc, const char *id, int max, double lease_seconds, kc_log
     return rc;
 }
 
-int kc_run_workers(const char *url, const char *api_key, const char *id, int workers, int max,
-                   double lease_seconds, kc_log_density f, void *data) {
+int kc_work(kc_client *kc, const char *id, int max, double lease_seconds, kc_log_density f,
+            void *data, kc_counts *counts) {
+    target t = {f, NULL, data};
+    return work(kc, id, max, lease_seconds, &t, counts);
+}
+
+int kc_work_gradient(kc_client *kc, const char *id, int max, double lease_seconds,
+                     kc_log_density_gradient f, void *data, kc_counts *counts) {
+    target t = {NULL, f, data};
+    return work(kc, id, max, lease_seconds, &t, counts);
+}
+
+static int run_workers(const char *url, const char *api_key, const char *id, int workers, int max,
+                       double lease_seconds, const target *t) {
     fflush(stdout);
     fflush(stderr);
     pid_t *pids = calloc((size_t)workers, sizeof *pids);
@@ -301,7 +336,7 @@ int kc_run_workers(const char *url, const char *api_key, const char *id, int wor
             srand((unsigned)getpid());
             kc_client *kc = kc_open(url, api_key);
             kc_counts counts = {0, 0};
-            int rc = kc != NULL ? kc_work(kc, id, max, lease_seconds, f, data, &counts) : -1;
+            int rc = kc != NULL ? work(kc, id, max, lease_seconds, t, &counts) : -1;
             kc_close(kc);
             printf("worker %d: %ld log densities, %ld outside the support\n", w,
                    counts.evaluations, counts.outside);
@@ -321,6 +356,19 @@ int kc_run_workers(const char *url, const char *api_key, const char *id, int wor
     free(pids);
     if (failed) fprintf(stderr, "kameleon: %d of %d workers failed\n", failed, workers);
     return failed ? -1 : 0;
+}
+
+int kc_run_workers(const char *url, const char *api_key, const char *id, int workers, int max,
+                   double lease_seconds, kc_log_density f, void *data) {
+    target t = {f, NULL, data};
+    return run_workers(url, api_key, id, workers, max, lease_seconds, &t);
+}
+
+int kc_run_workers_gradient(const char *url, const char *api_key, const char *id, int workers,
+                            int max, double lease_seconds, kc_log_density_gradient f,
+                            void *data) {
+    target t = {NULL, f, data};
+    return run_workers(url, api_key, id, workers, max, lease_seconds, &t);
 }
 
 static double number(const cJSON *object, const char *key) {

@@ -28,6 +28,15 @@ extern "C" {
  * JSON null). `data` is passed through untouched. */
 typedef double (*kc_log_density)(const double *x, int dim, void *data);
 
+/* For the algorithms that use gradients (mala, hmc, nuts): the log density at
+ * x[0..dim-1], and its gradient written into gradient[0..dim-1]. Outside the support,
+ * return -INFINITY; the gradient is then not sent. */
+typedef double (*kc_log_density_gradient)(const double *x, int dim, double *gradient,
+                                          void *data);
+
+/* 1 when `algorithm` needs a gradient with every result (mala, hmc, nuts), else 0. */
+int kc_needs_gradient(const char *algorithm);
+
 typedef struct kc_client kc_client;
 
 /* A connection to the service at `url` (e.g. "http://127.0.0.1:8000"). `api_key` is sent
@@ -54,10 +63,21 @@ typedef struct {
 int kc_work(kc_client *kc, const char *id, int max, double lease_seconds, kc_log_density f,
             void *data, kc_counts *counts);
 
+/* kc_work for the algorithms that use gradients: tells `f`'s gradient with each log
+ * density. A transition may take several evaluations (proposals of kind `leapfrog` or
+ * `gradient_check`): each is evaluated and told like any proposal. */
+int kc_work_gradient(kc_client *kc, const char *id, int max, double lease_seconds,
+                     kc_log_density_gradient f, void *data, kc_counts *counts);
+
 /* Fork `workers` processes that each open their own connection and run kc_work; print
  * one line of counts per worker and wait for all of them. 0 when every worker succeeded. */
 int kc_run_workers(const char *url, const char *api_key, const char *id, int workers, int max,
                    double lease_seconds, kc_log_density f, void *data);
+
+/* kc_run_workers with kc_work_gradient. */
+int kc_run_workers_gradient(const char *url, const char *api_key, const char *id, int workers,
+                            int max, double lease_seconds, kc_log_density_gradient f,
+                            void *data);
 
 /* Print the session's diagnostics (mean, sd, MCSE, ESS, R-hat per parameter). */
 int kc_print_diagnostics(kc_client *kc, const char *id);

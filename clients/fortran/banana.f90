@@ -11,7 +11,10 @@
 !     KAMELEON_URL            the service (default http://127.0.0.1:8000)
 !     KAMELEON_API_KEY        sent as X-API-Key when set
 !     KAMELEON_SESSION        work on this existing session instead of creating one
-!     KAMELEON_ALGORITHM      am (default), rwm, kameleon, kmc-lite, kmc-finite
+!     KAMELEON_ALGORITHM      am (default), rwm, kameleon, kmc-lite, kmc-finite; or one
+!                             that uses gradients, mala, hmc, nuts: each result then
+!                             carries the banana's gradient (log_density_gradient). A
+!                             worker that joins such a session names its algorithm too.
 !     KAMELEON_OPTIONS        algorithm options as a JSON object (default: none)
 !     KAMELEON_CHAINS         chains (default 4)
 !     KAMELEON_ITERATIONS     draws kept per chain after warm-up (default 2000)
@@ -23,7 +26,8 @@
 !
 ! The target is the banana B(b, v): x ~ N(0, diag(v, 1)) twisted by y2 = x2 + b (x1^2 - v),
 ! cut off (log density -inf) outside the band |y2 - b (y1^2 - v)| <= band around its ridge.
-! Its mean is 0 and Var y1 = v. Replace log_density with your own.
+! Its mean is 0 and Var y1 = v. Replace log_density (and log_density_gradient, for mala,
+! hmc, nuts) with your own.
 
 ! The C client's functions, as Fortran sees them (kameleon_client.h).
 module kameleon_client
@@ -65,6 +69,23 @@ module kameleon_client
       integer(c_int) :: kc_run_workers
     end function kc_run_workers
 
+    function kc_run_workers_gradient(url, api_key, id, workers, max, lease_seconds, f, data) &
+        bind(C, name="kc_run_workers_gradient")
+      import :: c_char, c_double, c_funptr, c_int, c_ptr
+      character(kind=c_char), intent(in) :: url(*), api_key(*), id(*)
+      integer(c_int), value :: workers, max
+      real(c_double), value :: lease_seconds
+      type(c_funptr), value :: f
+      type(c_ptr), value :: data
+      integer(c_int) :: kc_run_workers_gradient
+    end function kc_run_workers_gradient
+
+    function kc_needs_gradient(algorithm) bind(C, name="kc_needs_gradient")
+      import :: c_char, c_int
+      character(kind=c_char), intent(in) :: algorithm(*)
+      integer(c_int) :: kc_needs_gradient
+    end function kc_needs_gradient
+
     function kc_print_diagnostics(kc, id) bind(C, name="kc_print_diagnostics")
       import :: c_char, c_int, c_ptr
       type(c_ptr), value :: kc
@@ -98,6 +119,23 @@ contains
       value = -0.5_c_double * (y(1)**2 / v + u**2)
     end if
   end function log_density
+
+  ! The same log density, and its gradient in gradient(1:dim), for the algorithms that
+  ! use gradients (mala, hmc, nuts). The service checks the gradient against finite
+  ! differences at the first chain's initial point and stops the session when it is wrong.
+  function log_density_gradient(y, dim, gradient, data) result(value) bind(C)
+    integer(c_int), value :: dim
+    real(c_double), intent(in) :: y(dim)
+    real(c_double), intent(out) :: gradient(dim)
+    type(c_ptr), value :: data
+    real(c_double) :: value
+    real(c_double) :: u
+
+    u = y(2) - b * (y(1)**2 - v)
+    value = log_density(y, dim, data)
+    gradient(1) = -y(1) / v + 2 * b * y(1) * u  ! d/dy1 of -(y1^2/v + u^2)/2
+    gradient(2) = -u                            ! d/dy2
+  end function log_density_gradient
 end module banana_target
 
 program banana
@@ -107,10 +145,10 @@ program banana
   use banana_target
   implicit none
   integer, parameter :: dim = 2
-  character(:), allocatable :: url, api_key, session
+  character(:), allocatable :: url, api_key, session, algorithm
   character(kind=c_char, len=128) :: id
   type(c_ptr) :: kc
-  integer :: chains, iterations, warmup, workers, max, c
+  integer :: chains, iterations, warmup, workers, max, c, rc
   integer(c_long) :: seed
   real(c_double) :: lease, y1
   real(c_double), allocatable :: initial(:, :)
@@ -118,6 +156,7 @@ program banana
   url = env("KAMELEON_URL", "http://127.0.0.1:8000")
   api_key = env("KAMELEON_API_KEY", "")
   session = env("KAMELEON_SESSION", "")
+  algorithm = env("KAMELEON_ALGORITHM", "am")
   chains = env_int("KAMELEON_CHAINS", 4)
   iterations = env_int("KAMELEON_ITERATIONS", 2000)  ! kept after warm-up
   warmup = env_int("KAMELEON_WARMUP", 1000)
@@ -137,7 +176,7 @@ program banana
       if (chains > 1) y1 = 1.5_c_double * sqrt(v) * (2.0_c_double * (c - 1) / (chains - 1) - 1)
       initial(:, c) = [y1, b * (y1**2 - v)]
     end do
-    if (kc_create_session(kc, env("KAMELEON_ALGORITHM", "am") // c_null_char, dim, chains, &
+    if (kc_create_session(kc, algorithm // c_null_char, dim, chains, &
                           warmup, warmup + iterations, seed, initial, &
                           env("KAMELEON_OPTIONS", "") // c_null_char, id, &
                           int(len(id), c_size_t)) /= 0) error stop 1
@@ -145,8 +184,14 @@ program banana
   print '(a, a)', "session ", id(1:index(id, c_null_char) - 1)
   flush (6)  ! the workers are forked: print before they copy the buffer
 
-  if (kc_run_workers(url // c_null_char, api_key // c_null_char, id, workers, max, lease, &
-                     c_funloc(log_density), c_null_ptr) /= 0) error stop 1
+  if (kc_needs_gradient(algorithm // c_null_char) /= 0) then
+    rc = kc_run_workers_gradient(url // c_null_char, api_key // c_null_char, id, workers, max, &
+                                 lease, c_funloc(log_density_gradient), c_null_ptr)
+  else
+    rc = kc_run_workers(url // c_null_char, api_key // c_null_char, id, workers, max, lease, &
+                        c_funloc(log_density), c_null_ptr)
+  end if
+  if (rc /= 0) error stop 1
   if (kc_print_diagnostics(kc, id) /= 0) error stop 1
   call kc_close(kc)
 

@@ -9,7 +9,10 @@
 //     KAMELEON_API_KEY        sent as X-API-Key when set
 //     KAMELEON_SESSION        work on this existing session instead of creating one
 //                             (how workers on other machines join a run)
-//     KAMELEON_ALGORITHM      am (default), rwm, kameleon, kmc-lite, kmc-finite
+//     KAMELEON_ALGORITHM      am (default), rwm, kameleon, kmc-lite, kmc-finite; or one
+//                             that uses gradients, mala, hmc, nuts: each result then
+//                             carries the banana's gradient (logDensityGradient). A worker
+//                             that joins such a session names its algorithm here too.
 //     KAMELEON_OPTIONS        algorithm options as a JSON object (default: none)
 //     KAMELEON_CHAINS         chains (default 4)
 //     KAMELEON_ITERATIONS     draws kept per chain after warm-up (default 2000)
@@ -22,7 +25,8 @@
 // The target is the banana B(b, v) of Haario et al.: x ~ N(0, diag(v, 1)) twisted by
 // y2 = x2 + b (x1^2 - v), cut off (log density -Infinity) outside the band
 // |y2 - b (y1^2 - v)| <= BAND around its ridge. Its mean is 0 and Var y1 = v.
-// Replace logDensity with your own (it may be async).
+// Replace logDensity (and logDensityGradient, for mala, hmc, nuts) with your own (they
+// may be async).
 
 import { fork } from "node:child_process";
 import { setTimeout as sleep } from "node:timers/promises";
@@ -48,6 +52,17 @@ function logDensity([y1, y2]) {
   if (Math.abs(u) > BAND) return -Infinity; // outside the support
   return -0.5 * ((y1 * y1) / V + u * u);
 }
+
+// The same log density and its gradient, [value, gradient], for the algorithms that use
+// gradients. The service checks the gradient against finite differences at the first
+// chain's initial point and stops the session, naming the coordinate, when it is wrong.
+function logDensityGradient([y1, y2]) {
+  const u = y2 - B * (y1 * y1 - V);
+  return [logDensity([y1, y2]), [-y1 / V + 2 * B * y1 * u, -u]];
+}
+
+const ALGORITHM = setting("KAMELEON_ALGORITHM", "am");
+const GRADIENT = ["mala", "hmc", "nuts"].includes(ALGORITHM);
 
 // ---------------------------------------------------------------- HTTP with retries
 
@@ -113,12 +128,15 @@ async function work(id) {
     }
     let results = [];
     for (const proposal of answer.proposals) {
-      const value = await logDensity(proposal.x);
+      // Every kind of proposal (init, proposal, and the leapfrog and gradient_check points
+      // within a transition of a gradient sampler) is evaluated the same way.
+      const [value, gradient] = GRADIENT ? await logDensityGradient(proposal.x) : [await logDensity(proposal.x)];
       if (value === -Infinity) counts.outside++;
       else if (!Number.isFinite(value)) throw new Error(`log density ${value} at ${proposal.x}`);
       counts.evaluations++;
-      // JSON has no -Infinity: null says "outside the support".
-      results.push({ id: proposal.id, log_density: value === -Infinity ? null : value });
+      // JSON has no -Infinity: null says "outside the support" (and needs no gradient).
+      if (value === -Infinity) results.push({ id: proposal.id, log_density: null });
+      else results.push({ id: proposal.id, log_density: value, ...(GRADIENT && { gradient }) });
     }
     for (;;) {
       try {
@@ -150,7 +168,7 @@ async function createSession() {
     return [y1, B * (y1 * y1 - V)];
   });
   const session = await call("/v1/sessions", {
-    algorithm: setting("KAMELEON_ALGORITHM", "am"),
+    algorithm: ALGORITHM,
     dim: 2,
     chains: CHAINS,
     warmup: WARMUP,

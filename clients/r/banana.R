@@ -10,7 +10,10 @@
 #     KAMELEON_API_KEY        sent as X-API-Key when set
 #     KAMELEON_SESSION        work on this existing session instead of creating one
 #                             (how workers on other machines join a run)
-#     KAMELEON_ALGORITHM      am (default), rwm, kameleon, kmc-lite, kmc-finite
+#     KAMELEON_ALGORITHM      am (default), rwm, kameleon, kmc-lite, kmc-finite; or one
+#                             that uses gradients, mala, hmc, nuts: each result then
+#                             carries the banana's gradient (log_density_gradient). A
+#                             worker that joins such a session names its algorithm too.
 #     KAMELEON_OPTIONS        algorithm options as a JSON object (default: none)
 #     KAMELEON_CHAINS         chains (default 4)
 #     KAMELEON_ITERATIONS     draws kept per chain after warm-up (default 2000)
@@ -40,6 +43,8 @@ WARMUP <- as.integer(setting("KAMELEON_WARMUP", 1000))
 WORKERS <- as.integer(setting("KAMELEON_WORKERS", 2))
 MAX <- as.integer(setting("KAMELEON_MAX", ceiling(CHAINS / WORKERS)))
 LEASE <- as.numeric(setting("KAMELEON_LEASE_SECONDS", 0))
+ALGORITHM <- setting("KAMELEON_ALGORITHM", "am")
+GRADIENT <- ALGORITHM %in% c("mala", "hmc", "nuts")  # these need the gradient with every result
 
 # The target: your model goes here.
 B <- 0.03   # twist
@@ -50,6 +55,14 @@ log_density <- function(y) {
   u <- y[2] - B * (y[1]^2 - V)  # the untwisted second coordinate
   if (abs(u) > BAND) return(-Inf)  # outside the support
   -0.5 * (y[1]^2 / V + u^2)
+}
+
+# The same log density and its gradient, list(value, gradient), for the algorithms that
+# use gradients. The service checks the gradient against finite differences at the first
+# chain's initial point and stops the session, naming the coordinate, when it is wrong.
+log_density_gradient <- function(y) {
+  u <- y[2] - B * (y[1]^2 - V)
+  list(value = log_density(y), gradient = c(-y[1] / V + 2 * B * y[1] * u, -u))
 }
 
 # ------------------------------------------------------------------ HTTP with retries
@@ -119,10 +132,20 @@ work <- function(worker, id) {
       answer <- expect(call(sprintf("/v1/sessions/%s/ask", id), ask), 200)
       next
     }
+    # Every kind of proposal (init, proposal, and the leapfrog and gradient_check points
+    # within a transition of a gradient sampler) is evaluated the same way.
     results <- lapply(answer$proposals, function(p) {
-      value <- log_density(unlist(p$x))
+      y <- unlist(p$x)
+      if (GRADIENT) {
+        both <- log_density_gradient(y)
+        value <- both$value
+      } else {
+        value <- log_density(y)
+      }
       if (is.nan(value) || value == Inf) stop(sprintf("log density %s at %s", value, p$id))
-      list(id = p$id, log_density = if (value == -Inf) NULL else value)
+      if (value == -Inf) return(list(id = p$id, log_density = NULL))  # no gradient due there
+      if (GRADIENT) return(list(id = p$id, log_density = value, gradient = I(both$gradient)))  # I(): an array even when dim is 1
+      list(id = p$id, log_density = value)
     })
     evaluations <- evaluations + length(results)
     outside <- outside + sum(vapply(results, function(r) is.null(r$log_density), TRUE))
@@ -153,7 +176,7 @@ create_session <- function() {
   # Start the chains on the ridge, spread over +-1.5 sd of y1.
   y1 <- if (CHAINS > 1) 1.5 * sqrt(V) * seq(-1, 1, length.out = CHAINS) else 0
   body <- list(
-    algorithm = setting("KAMELEON_ALGORITHM", "am"), dim = 2L, chains = CHAINS,
+    algorithm = ALGORITHM, dim = 2L, chains = CHAINS,
     warmup = WARMUP, max_iterations = WARMUP + ITERATIONS,  # counts warm-up
     seed = as.numeric(setting("KAMELEON_SEED", 1)),
     initial = lapply(y1, function(a) c(a, B * (a^2 - V))),

@@ -82,7 +82,8 @@ class TellResult(RequestModel):
     gradient: list[Any] | None = Field(
         None,
         description="Gradient of the log density at the point: `dim` finite numbers. "
-        "Required by the algorithms that use gradients (`mala`), except where the log "
+        "Required by the algorithms that use gradients (`mala`, `hmc`, `nuts`: the "
+        "session says `needs_gradient`), except where the log "
         "density is -inf; the others ignore it, unchecked.",
     )
 

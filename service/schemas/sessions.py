@@ -196,6 +196,10 @@ class SessionSummary(BaseModel):
     chains: int
     seed: int
     pseudo_marginal: bool
+    needs_gradient: bool = Field(
+        description="Whether every result must carry `gradient` (the algorithms that use "
+        "gradients): a worker joining a session reads it here."
+    )
     warmup: int
     max_iterations: int | None
     param_names: list[str]

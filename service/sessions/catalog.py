@@ -249,6 +249,7 @@ def render_summary(
         "chains": meta.chains,
         "seed": meta.seed,
         "pseudo_marginal": meta.pseudo_marginal,
+        "needs_gradient": meta.sampler.evaluation.gradient,
         "warmup": meta.warmup,
         "max_iterations": meta.max_iterations,
         "param_names": list(meta.param_names),

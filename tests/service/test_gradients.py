@@ -168,6 +168,12 @@ def test_minus_infinity_needs_no_gradient(client: TestClient) -> None:
     assert response.json()["results"][0]["outcome"] == "outside_support"
 
 
+def test_the_summary_says_whether_results_need_a_gradient(client: TestClient) -> None:
+    for algorithm, needed in (("mala", True), ("nuts", True), ("hmc", True), ("am", False)):
+        sid = _create(client, algorithm=algorithm)
+        assert client.get(f"/v1/sessions/{sid}").json()["needs_gradient"] is needed
+
+
 def test_pseudo_marginal_needs_a_sampler_without_gradients(
     client: TestClient, assert_problem: ProblemCheck
 ) -> None:

@@ -4,6 +4,7 @@ Run from the repository root (a Redis server must be reachable; by default the o
 redis://127.0.0.1:6379/0, keys under a prefix of this run, deleted afterwards):
 
     .venv/bin/python bench/service_bench.py [--redis-url URL] [--quick]
+    .venv/bin/python bench/service_bench.py --per-evaluation [--quick]  # nuts against am
 
 Everything is measured side by side in one run on this machine, with a trivial density
 evaluated by the client (a standard normal), over keep-alive HTTP/1.1 on loopback. The
@@ -194,6 +195,64 @@ def drive(
     return latencies, evaluations / (time.perf_counter() - started)
 
 
+def per_evaluation(
+    port: int, algorithm: str, chains: int, dim: int, steps: int, warm: int
+) -> list[float]:
+    """Seconds per evaluation handed out and told, one client on one session, every
+    chain's proposal told and the next asked in each ``step`` (``max = chains``), after
+    ``warm`` steps; one figure per block of steps (20 blocks). The client evaluates a
+    standard normal, with its gradient for a gradient sampler."""
+    client = Client(port)
+    sid = create(client, algorithm, chains, dim=dim)
+    _, raw = client.post(f"/v1/sessions/{sid}/ask", {"max": chains})
+    proposals = orjson.loads(raw)["proposals"]
+    gradient = algorithm in ("mala", "hmc", "nuts")
+    per_block, block = [], max(1, steps // 20)
+    started, told = 0.0, 0
+    for i in range(warm + steps):
+        if i >= warm and (i - warm) % block == 0:
+            if told:
+                per_block.append((time.perf_counter() - started) / told)
+            started, told = time.perf_counter(), 0
+        results = []
+        for p in proposals:
+            r: dict[str, object] = {"id": p["id"], "log_density": logp(p["x"])}
+            if gradient:
+                r["gradient"] = [-v for v in p["x"]]
+            results.append(r)
+        told += len(results)
+        status, raw = client.post(f"/v1/sessions/{sid}/step", {"results": results, "max": chains})
+        assert status == 200, raw
+        proposals = orjson.loads(raw)["proposals"]
+    return per_block
+
+
+def per_evaluation_main(redis_url: str, prefix: str, quick: bool, output: str) -> None:
+    """``--per-evaluation``: the service's time per evaluation for nuts (each a leapfrog
+    point) against a plain step of am, same chains, batch and dim, both stores."""
+    q = 0.1 if quick else 1.0
+    out: dict[str, object] = {"python": sys.version.split()[0], "cpus": os.cpu_count()}
+    figures: dict[str, dict[str, float]] = {}
+    with ExitStack() as stack:
+        ports = {
+            s: stack.enter_context(service(s, 1, redis_url, prefix)) for s in ("memory", "redis")
+        }
+        for store, port in ports.items():
+            for chains, dim, steps in ((1, 8, 3000), (16, 8, 600), (256, 8, 60), (16, 100, 300)):
+                n = max(20, int(steps * q))
+                row = {}
+                for algorithm in ("am", "nuts"):
+                    blocks = per_evaluation(port, algorithm, chains, dim, n, warm=max(5, n // 5))
+                    row[f"{algorithm}_us"] = statistics.median(blocks) * 1e6
+                row["ratio"] = row["nuts_us"] / row["am_us"]
+                key = f"{store}/{chains}chains/d{dim}"
+                figures[key] = row
+                print(key, row, flush=True)
+    out["per_evaluation_us"] = figures
+    Path(output).parent.mkdir(parents=True, exist_ok=True)
+    Path(output).write_text(json.dumps(out, indent=2) + "\n")
+
+
 def _drive_worker(args: tuple[int, str, int, int]) -> float:
     return drive(*args)[1]
 
@@ -252,6 +311,14 @@ def redis_bytes_per_iteration(
     return asyncio.run(run())
 
 
+def delete_keys(url: str, prefix: str) -> None:
+    client = redis.Redis.from_url(url)
+    keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
+    for start in range(0, len(keys), 1000):
+        client.delete(*keys[start : start + 1000])
+    client.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument(
@@ -259,10 +326,28 @@ def main() -> None:
         default=os.environ.get("KAMELEON_BENCH_REDIS_URL", "redis://127.0.0.1:6379/0"),
     )
     parser.add_argument("--quick", action="store_true", help="fewer iterations (a smoke run)")
-    parser.add_argument("--output", default=str(ROOT / "bench" / "results" / "service.json"))
+    parser.add_argument("--output", default=None)
+    parser.add_argument(
+        "--per-evaluation",
+        action="store_true",
+        help="only the time per evaluation of nuts against am (default output "
+        "bench/results/service-gradients.json)",
+    )
     args = parser.parse_args()
     q = 0.1 if args.quick else 1.0
     prefix = f"kameleon-bench-{uuid.uuid4().hex[:8]}"
+    if args.per_evaluation:
+        try:
+            per_evaluation_main(
+                args.redis_url,
+                prefix,
+                args.quick,
+                args.output or str(ROOT / "bench" / "results" / "service-gradients.json"),
+            )
+        finally:
+            delete_keys(args.redis_url, prefix)
+        return
+    args.output = args.output or str(ROOT / "bench" / "results" / "service.json")
     results: dict[str, object] = {"python": sys.version.split()[0], "cpus": os.cpu_count()}
     try:
         with floor_server() as fport:
@@ -313,11 +398,7 @@ def main() -> None:
             for algorithm in ("rwm", "kameleon")
         }
     finally:
-        client = redis.Redis.from_url(args.redis_url)
-        keys = list(client.scan_iter(match=f"{prefix}:*", count=1000))
-        for start in range(0, len(keys), 1000):
-            client.delete(*keys[start : start + 1000])
-        client.close()
+        delete_keys(args.redis_url, prefix)
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
     Path(args.output).write_text(json.dumps(results, indent=2) + "\n")
     print(json.dumps(results, indent=2))

@@ -15,14 +15,18 @@ Metric
     starts again. For short warm-ups the buffers shrink to 15 % and 10 % of it, as in
     Stan.
 
-Unlike Stan's, the diagonal is estimated from the positions *and the gradients* of the
-window, ``m_i = sqrt(var(x_i) / var(g_i))`` (as nutpie does; Seyboldt 2023): for a
-Gaussian it is the variance ``s_i^2`` exactly, however little of the target the window
-has explored, where the positions' variance alone grows by a few times per window, and a
-chain started at a scale wrong by orders of magnitude leaves warm-up still wrong. A dense
-metric keeps the positions' correlations with that diagonal. And nothing is shrunk toward
-``1e-3 I``, which would swamp a posterior whose scales are ``1e-4``: a target in any
-units gets the same metric.
+Unlike Stan's, the diagonal metric is estimated from the positions *and the gradients*
+of the window, ``m_i = sqrt(var(x_i) / var(g_i))`` (as nutpie does; Seyboldt 2023): for a
+Gaussian with independent coordinates it is the variance ``s_i^2`` exactly, however
+little of the target the window has explored, where the positions' variance alone grows
+by a few times per window, and a chain started at a scale wrong by orders of magnitude
+leaves warm-up still wrong. (With correlations it is ``sqrt(Sigma_ii / P_ii)``, between
+the marginal and the conditional variance.) A dense metric is the positions' covariance,
+as Stan's, shrunk toward that diagonal while the window is short: only the covariance
+straightens a correlated target (scaling the correlations by the diagonal above left a
+condition number near 1000 on a rotated 10-d Gaussian, BENCHMARKS.md section 5). Nothing
+is shrunk toward ``1e-3 I``, which would swamp a posterior whose scales are ``1e-4``: a
+target in any units gets the same metric.
 """
 
 from __future__ import annotations
@@ -193,10 +197,10 @@ class MetricWindow:
 
     def metric(self) -> FloatArray | None:
         """The inverse metric the window gives: ``sqrt(var(x) / var(g))`` per coordinate
-        (the positions' variance where the gradients do not vary), with the positions'
-        correlations for a dense one; ``None`` when it gives none (fewer than 3 states,
-        a variance that is 0 or not finite, or beyond
-        :data:`core.adaptation.MAX_VARIANCE`)."""
+        (the positions' variance where the gradients do not vary); for a dense one the
+        positions' covariance, shrunk toward that diagonal by ``5 / (n + 5)``; ``None``
+        when it gives none (fewer than 3 states, a variance that is 0 or not finite, or
+        beyond :data:`core.adaptation.MAX_VARIANCE`)."""
         n = self.count
         if n < 3:
             return None
@@ -209,14 +213,10 @@ class MetricWindow:
         if not self.outer.size:
             return frozen_array(diag)
         cov = self.outer / (n - 1)
-        sd = np.sqrt(np.diagonal(cov))
-        if not (np.all(np.isfinite(cov)) and np.all(sd > 0.0)):
+        if not (np.all(np.isfinite(cov)) and np.all(np.diagonal(cov) > 0.0)):
             return frozen_array(np.diag(diag))
-        corr = cov / np.outer(sd, sd)
-        w = n / (n + 5.0)  # shrunk toward no correlation while the window is short
-        corr = w * corr + (1.0 - w) * np.eye(len(sd))
-        scale = np.sqrt(diag)
-        dense = corr * np.outer(scale, scale)
+        w = n / (n + 5.0)  # shrunk toward the diagonal while the window is short
+        dense = w * cov + (1.0 - w) * np.diag(diag)
         try:
             cholesky(dense)
         except np.linalg.LinAlgError:

@@ -121,9 +121,12 @@ class Proposal:
     position
         The point, shape ``(dim,)``.
     log_correction
-        Everything in the log acceptance ratio that is not the target: for an
-        asymmetric proposal ``log q(x | x*) - log q(x* | x)``, for HMC the change in
-        the momentum's log density. Zero for symmetric proposals.
+        Everything in the log acceptance ratio that is not the target, where it is
+        known before the point is evaluated: for an asymmetric proposal
+        ``log q(x | x*) - log q(x* | x)``, for the kernel samplers' surrogate HMC the
+        change in the momentum's log density. Zero for symmetric proposals, and for
+        the gradient samplers, whose corrections need the gradient at the point and are
+        computed when it is told.
     step
         The evaluation's place in its transition, from 0: a transition's evaluations
         are handed out one at a time, each after the one before it is told. 0 for every

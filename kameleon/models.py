@@ -359,6 +359,10 @@ class Draws:
     accepted
         Whether each draw's transition accepted, shape ``(chains, draws)``; ``None`` for
         NPY and for a service that does not send it.
+    sample_stats
+        The sampler's per-transition statistics by name (``step_size``, ``tree_depth``,
+        ``n_steps``, ``diverging``, ``energy``), each of shape ``(chains, draws)``; empty
+        for the samplers that record none.
     """
 
     param_names: list[str]
@@ -367,6 +371,7 @@ class Draws:
     iterations: npt.NDArray[np.int64] | None
     chains: list[int]
     accepted: npt.NDArray[np.bool_] | None = None
+    sample_stats: dict[str, npt.NDArray[np.float64]] = field(default_factory=dict)
 
     @classmethod
     def from_pages(cls, pages: Sequence[Mapping[str, Any]], dim: int | None = None) -> Draws:
@@ -377,9 +382,14 @@ class Draws:
         logd: dict[int, list[float]] = {}
         its: dict[int, list[int]] = {}
         acc: dict[int, list[bool]] = {}
+        recorded: dict[str, dict[int, list[float]]] = {}
         for page in pages:
             for ch in page.get("chains") or []:
                 c = int(ch["chain"])
+                for name, values in (ch.get("sample_stats") or {}).items():
+                    recorded.setdefault(str(name), {}).setdefault(c, []).extend(
+                        _float(v) for v in values
+                    )
                 rows.setdefault(c, []).extend(ch.get("draws") or [])
                 logd.setdefault(c, []).extend(_float(v) for v in ch.get("log_density") or [])
                 its.setdefault(c, []).extend(int(i) for i in ch.get("iterations") or [])
@@ -400,4 +410,11 @@ class Draws:
             accepted = np.array([acc[c][:common] for c in order], dtype=bool).reshape(
                 len(order), common
             )
-        return cls(names, draws, log_density, iterations, order, accepted)
+        stats = {
+            name: np.array([by_chain[c][:common] for c in order], dtype=np.float64).reshape(
+                len(order), common
+            )
+            for name, by_chain in recorded.items()
+            if all(len(by_chain.get(c, [])) >= common for c in order)
+        }
+        return cls(names, draws, log_density, iterations, order, accepted, stats)

@@ -303,6 +303,7 @@ def session_result(
         session=session_id,
         url=client.url,
         accepted=draws.accepted,
+        sample_stats=draws.sample_stats,
     )
 
 

@@ -67,6 +67,11 @@ class Result:
     acceptance_probability
         Each draw's Metropolis-Hastings acceptance probability ``min(1, alpha)``, shape
         ``(chains, draws)`` (in process), or ``None``.
+    sample_stats
+        The sampler's per-transition statistics by name, each of shape ``(chains,
+        draws)``: ``step_size`` for the gradient samplers, and for ``hmc`` and ``nuts``
+        ``n_steps``, ``diverging`` and ``energy`` (and ``tree_depth`` for ``nuts``), as
+        Stan records them; empty for the others.
     """
 
     draws: npt.NDArray[np.float64]
@@ -82,6 +87,7 @@ class Result:
     url: str | None = None
     accepted: npt.NDArray[np.bool_] | None = None
     acceptance_probability: npt.NDArray[np.float64] | None = None
+    sample_stats: dict[str, npt.NDArray[np.float64]] = field(default_factory=dict)
 
     @classmethod
     def from_session(
@@ -156,8 +162,10 @@ class Result:
         """An ``arviz.InferenceData`` with the draws as ``posterior``, and as
         ``sample_stats`` the log densities (``lp``), whether each transition accepted
         (``accepted``) and its acceptance probability (``acceptance_rate``, in process),
-        when known; the run's seed, algorithm, warm-up, session and URL are the
-        attributes (needs the ``arviz`` extra)."""
+        when known, and the sampler's statistics under ArviZ's names (``step_size``,
+        ``tree_depth``, ``n_steps``, ``diverging``, ``energy``: what ``az.bfmi`` and
+        ``az.plot_energy`` read); the run's seed, algorithm, warm-up, session and URL
+        are the attributes (needs the ``arviz`` extra)."""
         az = _optional("arviz", "arviz", "to_arviz()")
         posterior = {name: self.draws[:, :, i] for i, name in enumerate(self.param_names)}
         stats: dict[str, Any] = {"lp": self.log_density}
@@ -166,6 +174,9 @@ class Result:
         probability = self.acceptance_probability
         if probability is not None and probability.shape == self.log_density.shape:
             stats["acceptance_rate"] = probability
+        for name, values in self.sample_stats.items():
+            if values.shape == self.log_density.shape:
+                stats[name] = values.astype(bool) if name == "diverging" else values
         attrs = {
             "inference_library": "kameleon",
             "algorithm": self.algorithm,

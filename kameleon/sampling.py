@@ -358,6 +358,10 @@ def _in_process(
         warmup=run.warmup,
         accepted=np.stack([c.accepted[kept] for c in chains]),
         acceptance_probability=np.stack([c.acceptance_probability[kept] for c in chains]),
+        sample_stats={
+            name: np.stack([c.stats[kept, k] for c in chains])
+            for k, name in enumerate(chains[0].stat_names if chains else ())
+        },
     )
 
 

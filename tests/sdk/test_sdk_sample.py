@@ -241,3 +241,26 @@ def test_mala_runs_with_gradients_in_process_and_through_a_service(server: str) 
     # The same told values in another order: the same draws, bit for bit.
     assert local.draws.tobytes() == served.draws.tobytes()
     assert np.isfinite(local.draws).all() and local.draws.shape == (2, 100, 2)
+
+
+def test_nuts_statistics_reach_the_result_and_arviz_either_way(server: str) -> None:
+    settings: dict[str, object] = {
+        "dim": 2,
+        "chains": 2,
+        "warmup": 60,
+        "iterations": 60,
+        "seed": 8,
+        "algorithm": "nuts",
+        "progress": False,
+    }
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", kameleon.SamplingWarning)
+        local = kameleon.sample(banana_and_gradient, **settings)  # type: ignore[arg-type]
+        served = kameleon.sample(banana_and_gradient, url=server, **settings)  # type: ignore[arg-type]
+    names = {"step_size", "tree_depth", "n_steps", "diverging", "energy"}
+    assert set(local.sample_stats) == set(served.sample_stats) == names
+    for name in names:
+        assert local.sample_stats[name].shape == (2, 60)
+        assert local.sample_stats[name].tobytes() == served.sample_stats[name].tobytes(), name
+    stats = local.to_arviz().sample_stats
+    assert {"diverging", "energy", "tree_depth", "n_steps", "step_size"} <= set(stats.data_vars)

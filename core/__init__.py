@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from kameleon.core.base import Sampler
-from kameleon.core.samplers import am, hmc, kameleon, kmc_finite, kmc_lite, mala, nuts, rwm
+from kameleon.core.samplers import am, hmc, kameleon, kmc_finite, kmc_lite, mala, nuts, rwm, sgld
 
 __all__ = ["DEFAULT_ALGORITHM", "SAMPLERS"]
 
@@ -24,6 +24,7 @@ SAMPLERS: dict[str, Sampler[Any, Any]] = {
         mala.SAMPLER,
         hmc.SAMPLER,
         nuts.SAMPLER,
+        sgld.SAMPLER,
     )
 }
 

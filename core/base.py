@@ -67,12 +67,14 @@ __all__ = [
     "MakeParams",
     "OptionError",
     "Outcome",
+    "Parts",
     "Proposal",
     "ProposalKind",
     "Propose",
     "Sampler",
     "StepInfo",
     "TellGradient",
+    "TellParts",
     "accept_or_reject",
     "check_tell",
     "frozen_array",
@@ -94,7 +96,7 @@ Outcome = Literal["initialized", "outside_support", "accepted", "rejected", "ste
 """What a tell did: ``"step"`` is an intermediate evaluation of a transition that needs
 several (a leapfrog point of an HMC trajectory, a point of a gradient check): the chain
 made no transition and records no draw."""
-ProposalKind = Literal["init", "proposal", "leapfrog", "gradient_check"]
+ProposalKind = Literal["init", "proposal", "leapfrog", "gradient_check", "minibatch"]
 
 
 def frozen_array(values: Any) -> FloatArray:
@@ -131,6 +133,9 @@ class Proposal:
         The evaluation's place in its transition, from 0: a transition's evaluations
         are handed out one at a time, each after the one before it is told. 0 for every
         proposal of a sampler that evaluates once per transition.
+    minibatch
+        The indices of the data points whose log likelihood is asked for, sorted
+        (``sgld``, :class:`Evaluation` ``parts``); ``None`` for the whole target.
     """
 
     iteration: int
@@ -138,6 +143,7 @@ class Proposal:
     position: FloatArray
     log_correction: float = 0.0
     step: int = 0
+    minibatch: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -239,6 +245,32 @@ gradient)``."""
 
 
 @dataclass(frozen=True, slots=True)
+class Parts:
+    """A target told in parts, at a point and for a minibatch of data (``sgld``).
+
+    Attributes
+    ----------
+    log_prior
+        The log prior density at the point (``-inf``: outside the support).
+    log_likelihood
+        The minibatch's log likelihood: the sum over its data points, not scaled.
+    prior_gradient
+        The log prior's gradient at the point, shape ``(dim,)``.
+    likelihood_gradient
+        The minibatch log likelihood's gradient (the sum over its points), ``(dim,)``.
+    """
+
+    log_prior: float
+    log_likelihood: float
+    prior_gradient: FloatArray
+    likelihood_gradient: FloatArray
+
+
+TellParts = Callable[[S, P, Proposal, Parts], tuple[S, StepInfo]]
+"""A minibatch sampler's tell: ``tell_parts(state, params, proposal, parts)``."""
+
+
+@dataclass(frozen=True, slots=True)
 class Evaluation:
     """What a told result must carry for a sampler, beside its log density.
 
@@ -247,9 +279,13 @@ class Evaluation:
     gradient
         The log density's gradient at the point, which the sampler's transitions use:
         its record then has ``tell_gradient``.
+    parts
+        The target in parts (:class:`Parts`): the log prior and a minibatch's log
+        likelihood, each with its gradient; its record then has ``tell_parts``.
     """
 
     gradient: bool = False
+    parts: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -288,6 +324,9 @@ class Sampler(Generic[S, P]):
         ``tell_gradient(state, params, proposal, logdensity, gradient)``: ``tell`` for a
         sampler that needs the gradient at each point (``evaluation.gradient``), which
         its ``tell`` then refuses to go without. :func:`tell_one` picks the one to call.
+    tell_parts
+        ``tell_parts(state, params, proposal, parts)``: ``tell`` for a sampler told its
+        target in parts (``evaluation.parts``, :class:`Parts`).
     """
 
     name: str
@@ -301,6 +340,7 @@ class Sampler(Generic[S, P]):
     metropolis_adapt: Adapt[S, P] | None = None
     evaluation: Evaluation = Evaluation()
     tell_gradient: TellGradient[S, P] | None = None
+    tell_parts: TellParts[S, P] | None = None
     stats: tuple[str, ...] = ()
     acceptance_checked: bool = True
 
@@ -317,9 +357,18 @@ def tell_one(
     proposal: Proposal,
     logdensity: float,
     gradient: FloatArray | None = None,
+    parts: Parts | None = None,
 ) -> tuple[S, StepInfo]:
-    """A told result given to ``sampler``: ``tell``, or ``tell_gradient`` with the
-    gradient for a sampler that needs one (a ``ValueError`` when it is missing)."""
+    """A told result given to ``sampler``: ``tell``, ``tell_gradient`` with the
+    gradient for a sampler that needs one, or ``tell_parts`` with the target's parts for
+    one told them (a ``ValueError`` when what it needs is missing)."""
+    if sampler.tell_parts is not None:
+        if parts is None:
+            raise ValueError(
+                f"{sampler.name} needs the log prior and the minibatch's log likelihood, "
+                "each with its gradient, at every point"
+            )
+        return sampler.tell_parts(state, params, proposal, parts)
     if sampler.tell_gradient is None:
         return sampler.tell(state, params, proposal, logdensity)
     if gradient is None:

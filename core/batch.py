@@ -32,6 +32,7 @@ import numpy as np
 from kameleon.core.base import (
     Adapt,
     FloatArray,
+    Parts,
     Proposal,
     Sampler,
     StepInfo,
@@ -61,6 +62,7 @@ def tell_many(
     *,
     accept: Sequence[Sequence[float]] | None = None,
     gradients: Sequence[FloatArray | None] | None = None,
+    parts: Sequence[Parts | None] | None = None,
 ) -> list[tuple[Any, StepInfo]]:
     """``[sampler.tell(s, params, p, v) for s, p, v in zip(states, proposals,
     logdensities)]``, with the accept streams of every chain drawn at once.
@@ -69,7 +71,8 @@ def tell_many(
     initial point), in order, when the caller drew them already (:func:`accept_block`
     draws many iterations' at once); else they are drawn here. ``gradients``: the told
     gradients, for a sampler that needs them (:func:`core.base.tell_one`), stepped
-    chain by chain.
+    chain by chain; ``parts``: the told parts of the target, likewise, for a sampler
+    told them (``sgld``).
 
     Raises
     ------
@@ -80,6 +83,12 @@ def tell_many(
     if not (len(states) == len(proposals) == len(logdensities)):
         raise ValueError("states, proposals and log densities must have the same length")
     adapt: Adapt[Any, Any] | None = sampler.metropolis_adapt
+    if sampler.tell_parts is not None:
+        told = parts if parts is not None else [None] * len(states)
+        return [
+            tell_one(sampler, s, params, p, float(v), parts=t)
+            for s, p, v, t in zip(states, proposals, logdensities, told, strict=True)
+        ]
     if sampler.tell_gradient is not None:
         grads = gradients if gradients is not None else [None] * len(states)
         return [

@@ -3,6 +3,7 @@ sampler advanced side by side (:func:`advance_together`), as :mod:`core.run` run
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -12,6 +13,8 @@ import numpy.typing as npt
 
 from kameleon.core.base import (
     FloatArray,
+    Parts,
+    Proposal,
     Sampler,
     StepInfo,
     frozen_array,
@@ -25,7 +28,10 @@ __all__ = ["ChainResult", "EvaluateMany", "LogDensityFn", "Runner", "advance_tog
 
 LogDensityFn = Callable[[FloatArray], Any]
 """The log density at a point, a float; for a sampler that needs gradients
-(:class:`core.base.Evaluation`), the pair ``(log density, gradient)``."""
+(:class:`core.base.Evaluation`), the pair ``(log density, gradient)``; for one told the
+target in parts (``sgld``), ``f(x, minibatch)`` gives the four ``(log prior, log
+likelihood, prior gradient, likelihood gradient)``, the likelihood's the sum over the
+minibatch's data points (:class:`core.base.Parts`)."""
 #: Evaluates the log density at every chain's proposal of one iteration at once (in
 #: parallel, or in one vectorised call); the values in the order of the points.
 EvaluateMany = Callable[[list[FloatArray]], list[float]]
@@ -104,8 +110,12 @@ class Runner:
         state = sampler.init(start, params, seed=seed, chain=chain)
         while True:
             proposal = sampler.ask(state, params)
-            logdensity_0, gradient_0 = evaluate(sampler, logdensity_fn, proposal.position)
-            state, info = tell_one(sampler, state, params, proposal, logdensity_0, gradient_0)
+            logdensity_0, gradient_0, parts_0 = evaluate_parts(
+                sampler, params, logdensity_fn, proposal
+            )
+            state, info = tell_one(
+                sampler, state, params, proposal, logdensity_0, gradient_0, parts_0
+            )
             if info.outcome != "outside_support":
                 break
             state = redraw(state, center=center, radius=radius, max_attempts=max_initial_attempts)
@@ -168,7 +178,8 @@ def advance_together(runners: Sequence[Runner], transitions: int) -> None:
     chain completed, and the interruption goes on up."""
     if not runners:
         return
-    if runners[0].sampler.tell_gradient is not None:
+    first_sampler = runners[0].sampler
+    if first_sampler.tell_gradient is not None or first_sampler.tell_parts is not None:
         for runner in runners:
             _advance_with_gradients(runner, transitions)
         return
@@ -224,6 +235,37 @@ def evaluate(
     return float(value), np.asarray(gradient, dtype=np.float64)
 
 
+def evaluate_parts(
+    sampler: Sampler[Any, Any], params: Any, fn: LogDensityFn, proposal: Proposal
+) -> tuple[float, FloatArray | None, Parts | None]:
+    """``fn`` at ``proposal``: :func:`evaluate`'s pair, and for a sampler told the
+    target in parts (``evaluation.parts``) the parts from ``fn(x, minibatch)``, whose
+    value is the estimate ``log prior + (N / n) log likelihood``."""
+    if not sampler.evaluation.parts:
+        value, gradient = evaluate(sampler, fn, proposal.position)
+        return value, gradient, None
+    out = fn(proposal.position, list(proposal.minibatch or ()))
+    if not (isinstance(out, tuple) and len(out) == 4):
+        raise TypeError(
+            f"{sampler.name} is told the target in parts: the function f(x, minibatch) must "
+            "return (log prior, log likelihood, prior gradient, likelihood gradient), the "
+            "likelihood's summed over the minibatch's data points"
+        )
+    log_prior, log_likelihood, prior_gradient, likelihood_gradient = out
+    parts = Parts(
+        float(log_prior),
+        float(log_likelihood),
+        np.asarray(prior_gradient, dtype=np.float64),
+        np.asarray(likelihood_gradient, dtype=np.float64),
+    )
+    n = len(proposal.minibatch or ())
+    if parts.log_prior == -math.inf:
+        value = -math.inf
+    else:
+        value = parts.log_prior + (params.data_size / max(n, 1)) * parts.log_likelihood
+    return value, None, parts
+
+
 def _advance_with_gradients(runner: Runner, transitions: int) -> None:
     """:func:`advance_together` for one chain of a sampler whose transitions need
     several evaluations with gradients: every evaluation in turn, a draw recorded at
@@ -234,8 +276,8 @@ def _advance_with_gradients(runner: Runner, transitions: int) -> None:
     try:
         while done < transitions:
             proposal = sampler.ask(state, params)
-            value, gradient = evaluate(sampler, fn, proposal.position)
-            state, info = tell_one(sampler, state, params, proposal, value, gradient)
+            value, gradient, parts = evaluate_parts(sampler, params, fn, proposal)
+            state, info = tell_one(sampler, state, params, proposal, value, gradient, parts)
             if info.outcome != "step":
                 runner.record(runner.n + done, value, state, info)
                 done += 1

@@ -327,6 +327,9 @@ class Sampler(Generic[S, P]):
     tell_parts
         ``tell_parts(state, params, proposal, parts)``: ``tell`` for a sampler told its
         target in parts (``evaluation.parts``, :class:`Parts`).
+    parts_value
+        ``parts_value(params, parts)``: the value that told parts stand for, recorded as
+        the told log density (``sgld``: ``log_prior + (N / n) log_likelihood``).
     """
 
     name: str
@@ -341,6 +344,7 @@ class Sampler(Generic[S, P]):
     evaluation: Evaluation = Evaluation()
     tell_gradient: TellGradient[S, P] | None = None
     tell_parts: TellParts[S, P] | None = None
+    parts_value: Callable[[P, Parts], float] | None = None
     stats: tuple[str, ...] = ()
     acceptance_checked: bool = True
 

@@ -3,7 +3,6 @@ sampler advanced side by side (:func:`advance_together`), as :mod:`core.run` run
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -26,7 +25,7 @@ from kameleon.core.initial import DEFAULT_MAX_ATTEMPTS, initial_point, redraw, s
 
 __all__ = ["ChainResult", "EvaluateMany", "LogDensityFn", "Runner", "advance_together"]
 
-LogDensityFn = Callable[[FloatArray], Any]
+LogDensityFn = Callable[..., Any]
 """The log density at a point, a float; for a sampler that needs gradients
 (:class:`core.base.Evaluation`), the pair ``(log density, gradient)``; for one told the
 target in parts (``sgld``), ``f(x, minibatch)`` gives the four ``(log prior, log
@@ -258,12 +257,9 @@ def evaluate_parts(
         np.asarray(prior_gradient, dtype=np.float64),
         np.asarray(likelihood_gradient, dtype=np.float64),
     )
-    n = len(proposal.minibatch or ())
-    if parts.log_prior == -math.inf:
-        value = -math.inf
-    else:
-        value = parts.log_prior + (params.data_size / max(n, 1)) * parts.log_likelihood
-    return value, None, parts
+    if sampler.parts_value is None:
+        raise TypeError(f"{sampler.name} gives no parts_value")
+    return sampler.parts_value(params, parts), None, parts
 
 
 def _advance_with_gradients(runner: Runner, transitions: int) -> None:

@@ -64,6 +64,7 @@ __all__ = [
     "init",
     "make_params",
     "minibatch",
+    "parts_value",
     "step_size",
     "tell",
     "tell_parts",
@@ -152,13 +153,18 @@ def estimate(params: Params, log_prior: float, log_likelihood: float) -> float:
     if log_prior == -math.inf:
         return -math.inf
     scale = params.data_size / batch_size(params)
-    with np.errstate(over="ignore", invalid="ignore"):
-        value = float(log_prior) + scale * float(log_likelihood)
-    return value
+    return float(log_prior) + scale * float(log_likelihood)
+
+
+def parts_value(params: Params, parts: Parts) -> float:
+    """:func:`estimate` of told parts (the record's ``parts_value``)."""
+    return estimate(params, parts.log_prior, parts.log_likelihood)
 
 
 def init(position: Any, params: Params, *, seed: int, chain: int) -> State:
-    return State(**new_chain_fields(position, seed=seed, chain=chain), step_size=step_size(params, 1))
+    return State(
+        **new_chain_fields(position, seed=seed, chain=chain), step_size=step_size(params, 1)
+    )
 
 
 def ask(state: State, params: Params) -> Proposal:
@@ -259,6 +265,7 @@ SAMPLER: Sampler[State, Params] = Sampler(
     chain_floats=chain_floats,
     evaluation=Evaluation(parts=True),
     tell_parts=tell_parts,
+    parts_value=parts_value,
     stats=("step_size",),
     acceptance_checked=False,
 )

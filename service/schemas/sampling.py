@@ -48,17 +48,23 @@ class ProposalOut(BaseModel):
     id: str
     chain: int
     iteration: int
-    kind: Literal["init", "proposal", "leapfrog", "gradient_check"] = Field(
+    kind: Literal["init", "proposal", "leapfrog", "gradient_check", "minibatch"] = Field(
         description="init: a chain's initial point; proposal: a transition's (last) "
         "point; leapfrog and gradient_check: an evaluation within a transition that "
         "needs several (a point of a Hamiltonian trajectory; a point of the "
-        "finite-difference check of the told gradients), told like any other."
+        "finite-difference check of the told gradients), told like any other; "
+        "minibatch: `sgld`'s evaluation of a minibatch at the chain's current point."
     )
     step: int = Field(
         description="The evaluation's place in its transition (from 0); 0 for samplers "
         "that evaluate once per transition."
     )
     x: list[float]
+    minibatch: list[int] | None = Field(
+        None,
+        description="`sgld`: the indices (from 0, sorted, without repeats) of the data "
+        "points whose log likelihood is asked for, at `x`; null for the other algorithms.",
+    )
     lease_expires_at: datetime
 
 
@@ -78,13 +84,37 @@ class AskResponse(BaseModel):
 
 class TellResult(RequestModel):
     id: Annotated[str, StringConstraints(min_length=1, max_length=100)]
-    log_density: LogDensity
+    # Absent (the default, None, never validated): only sgld goes without it; told.parse
+    # tells absence from a told null (-inf) by ``model_fields_set``.
+    log_density: LogDensity = Field(  # type: ignore[assignment]
+        None,
+        description="log density (or log of an unbiased estimate) at the proposal; "
+        "-Infinity, '-inf' or null outside the support. NaN and +inf are errors. "
+        "Required, except by `sgld`, which ignores it: its told value is "
+        "`log_prior + (N / n) log_likelihood`.",
+    )
     gradient: list[Any] | None = Field(
         None,
         description="Gradient of the log density at the point: `dim` finite numbers. "
         "Required by the algorithms that use gradients (`mala`, `hmc`, `nuts`: the "
         "session says `needs_gradient`), except where the log "
-        "density is -inf; the others ignore it, unchecked.",
+        "density is -inf; the others ignore it, unchecked. For `sgld`: the gradient of "
+        "the minibatch's log likelihood (the sum over its points, not scaled).",
+    )
+    log_prior: LogDensity = Field(  # type: ignore[assignment]
+        None,
+        description="`sgld` only (required there): the log prior density at the point; "
+        "-Infinity, '-inf' or null outside the support.",
+    )
+    log_likelihood: Finite | None = Field(
+        None,
+        description="`sgld` only (required there, except where `log_prior` is -inf): the "
+        "minibatch's log likelihood, the sum over its data points (not scaled).",
+    )
+    prior_gradient: list[Any] | None = Field(
+        None,
+        description="`sgld` only (required there, except where `log_prior` is -inf): the "
+        "log prior's gradient at the point, `dim` finite numbers.",
     )
 
 

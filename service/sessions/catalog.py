@@ -249,7 +249,7 @@ def render_summary(
         "chains": meta.chains,
         "seed": meta.seed,
         "pseudo_marginal": meta.pseudo_marginal,
-        "needs_gradient": meta.sampler.evaluation.gradient,
+        "needs_gradient": meta.sampler.evaluation.gradient or meta.sampler.evaluation.parts,
         "warmup": meta.warmup,
         "max_iterations": meta.max_iterations,
         "param_names": list(meta.param_names),

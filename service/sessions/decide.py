@@ -23,7 +23,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from kameleon.core.base import FloatArray, Proposal, StepInfo, tell_one, transition_stats
+from kameleon.core.base import FloatArray, Parts, Proposal, StepInfo, tell_one, transition_stats
 from kameleon.core.batch import tell_many
 from kameleon.core.initial import redraw
 from kameleon.core.serialization import cold_changed
@@ -47,13 +47,15 @@ __all__ = [
 
 
 class Told(NamedTuple):
-    """One told result: its place in the request, its proposal id, its value, and its
-    gradient for a sampler that needs one (:class:`core.base.Evaluation`)."""
+    """One told result: its place in the request, its proposal id, its value, its
+    gradient for a sampler that needs one, and the target's parts for a sampler told
+    them (``sgld``; :class:`core.base.Evaluation`)."""
 
     at: int
     pid: ProposalId
     value: float
     gradient: FloatArray | None = None
+    parts: Parts | None = None
 
 
 class Classified(NamedTuple):
@@ -181,14 +183,19 @@ def transition(
     sampler, params = meta.sampler, meta.params
     values = [t.value for t in told]
     gradients = [t.gradient for t in told]
+    parts = [t.parts for t in told]
     states = [ch.state for ch in chains]
     try:
-        return tell_many(sampler, states, params, proposals, values, gradients=gradients)
+        return tell_many(
+            sampler, states, params, proposals, values, gradients=gradients, parts=parts
+        )
     except Exception:
         return [
             guarded(
                 ch.chain,
-                lambda ch=ch, p=p, t=t: tell_one(sampler, ch.state, params, p, t.value, t.gradient),  # type: ignore[misc]
+                lambda ch=ch, p=p, t=t: tell_one(  # type: ignore[misc]
+                    sampler, ch.state, params, p, t.value, t.gradient, t.parts
+                ),
             )
             for ch, p, t in zip(chains, proposals, told, strict=True)
         ]

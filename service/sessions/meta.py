@@ -179,7 +179,7 @@ def new_meta(body: SessionCreate, owner: str, settings: Settings) -> SessionMeta
     names = body.param_names or [f"x{i}" for i in range(body.dim)]
     if len(names) != body.dim or len(set(names)) != body.dim:
         raise Invalid("param_names must be dim distinct names", field="param_names")
-    if body.pseudo_marginal and sampler.evaluation.gradient:
+    if body.pseudo_marginal and (sampler.evaluation.gradient or sampler.evaluation.parts):
         raise Invalid(
             f"{body.algorithm} uses the gradient of the log density, which an unbiased "
             "estimate of the density does not give: pseudo_marginal needs a sampler "

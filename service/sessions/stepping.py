@@ -311,6 +311,7 @@ class Stepper:
             "kind": proposal.kind,
             "step": proposal.step,
             "x": proposal.position,
+            "minibatch": None if proposal.minibatch is None else list(proposal.minibatch),
             "lease_expires_at": iso(lease_until),
         }
 

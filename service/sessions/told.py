@@ -9,7 +9,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from kameleon.core.base import FloatArray
+from kameleon.core.base import FloatArray, Parts
 from kameleon.service.ids import parse_id
 from kameleon.service.sessions.chains import ChainView
 from kameleon.service.sessions.decide import Told
@@ -28,6 +28,14 @@ class Result(Protocol):
     def log_density(self) -> float: ...
     @property
     def gradient(self) -> Sequence[Any] | None: ...
+    @property
+    def log_prior(self) -> float | None: ...
+    @property
+    def log_likelihood(self) -> float | None: ...
+    @property
+    def prior_gradient(self) -> Sequence[Any] | None: ...
+    @property
+    def model_fields_set(self) -> set[str]: ...
 
 
 def refusal(
@@ -80,6 +88,88 @@ def _nan(dim: int) -> FloatArray:
 _UNUSED: dict[int, FloatArray] = {}
 
 
+def _vector(meta: SessionMeta, i: int, name: str, values: Sequence[Any]) -> FloatArray:
+    """A told list of ``dim`` finite numbers as an array (:class:`Invalid` naming
+    ``results.i.name`` or its offending coordinate otherwise)."""
+    field = f"results.{i}.{name}"
+    if len(values) != meta.dim:
+        raise Invalid(
+            f"results[{i}].{name} must have {meta.dim} values, not {len(values)}", field=field
+        )
+    for j, v in enumerate(values):
+        if isinstance(v, bool) or not isinstance(v, int | float):
+            raise Invalid(f"results[{i}].{name}[{j}] must be a number", field=f"{field}.{j}")
+    try:
+        vector = np.array(values, dtype=np.float64)
+    except OverflowError:  # an integer beyond the float range
+        raise Invalid(f"results[{i}].{name} must be finite", field=field) from None
+    bad = np.flatnonzero(~np.isfinite(vector))
+    if bad.size:
+        raise Invalid(f"results[{i}].{name}[{bad[0]}] must be finite", field=f"{field}.{bad[0]}")
+    vector.flags.writeable = False
+    return vector
+
+
+def _parts(meta: SessionMeta, i: int, result: Result) -> Parts:
+    """The target's parts told for a minibatch (``sgld``): the log prior and the
+    minibatch's log likelihood, each with its gradient, all required except where the
+    log prior is -inf (the point is outside the support, and nothing else is used)."""
+    if result.log_prior is None:
+        raise Invalid(
+            f"results[{i}].log_prior: {meta.algorithm} needs the log prior density at every "
+            "point (a number, or -inf outside the support)",
+            field=f"results.{i}.log_prior",
+        )
+    log_prior = float(result.log_prior)
+    if log_prior == -math.inf:
+        unused = _UNUSED.setdefault(meta.dim, _nan(meta.dim))
+        return Parts(log_prior, math.nan, unused, unused)
+    needs = {
+        "log_likelihood": "the minibatch's log likelihood (the sum over its data points)",
+        "prior_gradient": f"the log prior's gradient: a list of {meta.dim} numbers",
+        "gradient": f"the minibatch log likelihood's gradient: a list of {meta.dim} numbers",
+    }
+    for name, what in needs.items():
+        if getattr(result, name) is None:
+            raise Invalid(
+                f"results[{i}].{name}: {meta.algorithm} needs {what} at every point",
+                field=f"results.{i}.{name}",
+            )
+    assert result.log_likelihood is not None
+    assert result.prior_gradient is not None and result.gradient is not None
+    return Parts(
+        log_prior,
+        float(result.log_likelihood),
+        _vector(meta, i, "prior_gradient", result.prior_gradient),
+        _vector(meta, i, "gradient", result.gradient),
+    )
+
+
+def _value(meta: SessionMeta, i: int, result: Result) -> tuple[float, Parts | None]:
+    """The told value, and the target's parts for a sampler told them (``sgld``, whose
+    value is the estimate ``log_prior + (N / n) log_likelihood``, and which ignores a
+    told ``log_density``). Every other sampler needs ``log_density``."""
+    if not meta.sampler.evaluation.parts:
+        if "log_density" not in result.model_fields_set:
+            raise Invalid(
+                f"results[{i}].log_density: Field required (the log density at the point)",
+                field=f"results.{i}.log_density",
+            )
+        return result.log_density, None
+    parts = _parts(meta, i, result)
+    if parts.log_prior == -math.inf:
+        return -math.inf, parts
+    assert meta.sampler.parts_value is not None
+    value = meta.sampler.parts_value(meta.params, parts)
+    if not math.isfinite(value):
+        raise Invalid(
+            f"results[{i}].log_likelihood: the estimate log_prior + (N / n) log_likelihood "
+            "is beyond the float range",
+            field=f"results.{i}.log_likelihood",
+        )
+    return value, parts
+
+
 def _gradient(meta: SessionMeta, i: int, result: Result) -> FloatArray | None:
     """The told gradient as an array, for a sampler that needs one (``None`` for the
     others, which ignore it); at ``-inf``, where it is not used, it may be left out, and
@@ -125,18 +215,21 @@ def parse(meta: SessionMeta, results: Sequence[Result]) -> list[Told]:
     one)."""
     told = []
     seen: dict[str, int] = {}
+    values: list[float] = []
     for i, result in enumerate(results):
+        value, parts = _value(meta, i, result)
+        values.append(value)
         pid = parse_id(result.id)
         if pid is None:
             raise Invalid(
                 f"results[{i}].id: {result.id!r} is not a proposal id", field=f"results.{i}.id"
             )
         first = seen.setdefault(result.id, i)
-        if first != i and not _same_value(results[first].log_density, result.log_density):
+        if first != i and not _same_value(values[first], value):
             raise Conflict(
                 f"results[{i}].id: {result.id!r} is told twice in this request with different "
                 f"values (results[{first}] too); nothing was applied",
                 ids=[result.id],
             )
-        told.append(Told(i, pid, result.log_density, _gradient(meta, i, result)))
+        told.append(Told(i, pid, value, _gradient(meta, i, result), parts))
     return told

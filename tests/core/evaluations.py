@@ -1,5 +1,10 @@
 """Told results for any sampler in tests: a log density alone, or with its gradient for
-a sampler that needs one (:class:`kameleon.core.base.Evaluation`)."""
+a sampler that needs one, or in parts for one told them (``sgld``; see
+:class:`kameleon.core.base.Evaluation`).
+
+A target told in parts is a model of one datum (``data_size`` 1, :data:`OPTIONS`): its
+"log prior" is the log density and its log likelihood 0, so the told value, the estimate
+``log_prior + (N / n) log_likelihood``, is the log density."""
 
 from __future__ import annotations
 
@@ -8,9 +13,17 @@ from typing import Any
 
 import numpy as np
 
-from kameleon.core.base import Proposal, Sampler, StepInfo, tell_one
+from kameleon.core.base import Parts, Proposal, Sampler, StepInfo, tell_one
 
-__all__ = ["for_sampler", "numeric_gradient", "tell"]
+__all__ = ["OPTIONS", "for_sampler", "numeric_gradient", "options", "tell"]
+
+#: The options a sampler cannot go without, for the tests that run every sampler.
+OPTIONS: dict[str, dict[str, Any]] = {"sgld": {"data_size": 1}}
+
+
+def options(name: str, **more: Any) -> dict[str, Any]:
+    """``name``'s required options (:data:`OPTIONS`) with ``more``."""
+    return {**OPTIONS.get(name, {}), **more}
 
 
 def numeric_gradient(fn: Callable[[np.ndarray], float], x: Any, h: float = 1e-6) -> np.ndarray:
@@ -27,7 +40,10 @@ def numeric_gradient(fn: Callable[[np.ndarray], float], x: Any, h: float = 1e-6)
 
 
 def for_sampler(sampler: Sampler[Any, Any], fn: Callable[[np.ndarray], float]) -> Any:
-    """``fn`` as a runner evaluates it for ``sampler``: with its gradient if it needs one."""
+    """``fn`` as a runner evaluates it for ``sampler``: with its gradient if it needs one,
+    in parts (a model of one datum) for a sampler told them."""
+    if sampler.evaluation.parts:
+        return lambda x, batch: (fn(x), 0.0, numeric_gradient(fn, x), np.zeros(np.size(x)))
     if sampler.tell_gradient is None:
         return fn
     return lambda x: (fn(x), numeric_gradient(fn, x))
@@ -44,6 +60,11 @@ def tell(
     """``sampler``'s tell of ``value`` at ``proposal``, with the gradient of ``fn`` there
     for a sampler that needs one (zeros without ``fn``)."""
     gradient = None
+    if sampler.evaluation.parts:
+        position = proposal.position
+        g = np.zeros(position.size) if fn is None else numeric_gradient(fn, position)
+        parts = Parts(value, 0.0, g, np.zeros(position.size))
+        return tell_one(sampler, state, params, proposal, value, parts=parts)
     if sampler.tell_gradient is not None:
         position = proposal.position
         gradient = np.zeros(position.size) if fn is None else numeric_gradient(fn, position)

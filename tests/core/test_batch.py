@@ -53,9 +53,11 @@ def _value(chain: int, proposal: Proposal) -> float:
     return _logdensity(np.asarray(proposal.position))
 
 
-# A sampler that needs gradients is told chain by chain by tell_many (tell_one each).
+# A sampler that needs gradients, or its target in parts (sgld), is told chain by chain
+# by tell_many (tell_one each).
 @pytest.mark.parametrize(
-    "name", sorted(n for n, s in SAMPLERS.items() if not s.evaluation.gradient)
+    "name",
+    sorted(n for n, s in SAMPLERS.items() if not (s.evaluation.gradient or s.evaluation.parts)),
 )
 def test_tell_many_equals_tell_chain_by_chain(name: str) -> None:
     sampler = SAMPLERS[name]

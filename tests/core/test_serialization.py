@@ -80,6 +80,7 @@ STABLE_NAMES = {
     "adaptation.Welford",
     "preconditioning.Preconditioner",
     "mala.State",
+    "sgld.State",
     "hmc.State",
     "nuts.State",
     "nuts.Point",

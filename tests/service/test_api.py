@@ -70,9 +70,15 @@ def tell_text(client: TestClient, sid: str, results: str) -> httpx.Response:
 
 
 def step(client: TestClient, sid: str, *results: tuple[Any, ...], **body: Any) -> Json:
-    """A step telling ``(id, log density)`` or ``(id, log density, gradient)`` results."""
+    """A step telling ``(id, log density)`` or ``(id, log density, gradient)`` results,
+    or ``(id, log density, gradient, fields)`` with more fields (``sgld``'s parts)."""
     told = [
-        {"id": r[0], "log_density": r[1], **({"gradient": r[2]} if len(r) > 2 else {})}
+        {
+            "id": r[0],
+            "log_density": r[1],
+            **({"gradient": r[2]} if len(r) > 2 else {}),
+            **(r[3] if len(r) > 3 else {}),
+        }
         for r in results
     ]
     response = client.post(f"/v1/sessions/{sid}/step", json={"results": told, **body})
@@ -121,16 +127,24 @@ def run(client: TestClient, sid: str, transitions: int, logp: LogDensity = gauss
         ]
         if not batch:
             return told
-        # With the gradient, which only the samplers that use one read.
-        answer = step(
-            client,
-            sid,
-            *[(p["id"], p["log_density"], _gradient(logp, p["x"])) for p in batch],
-        )
+        # With the gradient, which only the samplers that use one read; for sgld (a
+        # proposal with a minibatch), a model of one datum whose log prior is the target.
+        answer = step(client, sid, *[_told(logp, p) for p in batch])
         for p, result in zip(batch, answer["results"], strict=True):
             assert result["id"] == p["id"]
             told.append({**p, "outcome": result["outcome"]})
         proposals = answer["proposals"]
+
+
+def _told(logp: LogDensity, p: Json) -> tuple[Any, ...]:
+    """A result of ``run``: ``(id, log density, gradient)``, or for a proposal with a
+    minibatch (``sgld``, ``data_size`` 1) the target as the log prior, and a log
+    likelihood of 0."""
+    gradient = _gradient(logp, p["x"])
+    if p.get("minibatch") is None:
+        return p["id"], p["log_density"], gradient
+    parts = {"log_prior": p["log_density"], "log_likelihood": 0.0, "prior_gradient": gradient}
+    return p["id"], p["log_density"], [0.0] * len(gradient), parts
 
 
 def _gradient(logp: LogDensity, x: list[float]) -> list[float]:
@@ -508,6 +522,8 @@ def test_same_seed_and_values_give_the_same_draws_on_every_store(
     start_client: ClientFactory, algorithm: str
 ) -> None:
     fields = {"algorithm": algorithm, "chains": 2, "seed": 2024, "warmup": 15}
+    if algorithm == "sgld":
+        fields["options"] = {"data_size": 1}  # required: a model of one datum (see run)
     memory, redis = start_client("memory"), start_client("redis")
     sessions = [
         (memory, create(memory, **fields)["id"]),

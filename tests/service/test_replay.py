@@ -49,8 +49,15 @@ def gradient(x: Any) -> list[float]:
     return [-v[0] / 4 + 0.6 * v[0] * bend, -bend, -v[2], -v[3]]
 
 
-def _evaluate(algorithm: str) -> Callable[[Any], Any]:
-    """The log density as ``algorithm`` needs it: with its gradient, or alone."""
+#: Options an algorithm cannot go without: sgld is told a model of one datum whose log
+#: prior is ``logdensity`` (and its log likelihood 0), so its told value is the target's.
+OPTIONS: dict[str, dict[str, Any]] = {"sgld": {"data_size": 1}}
+
+
+def _evaluate(algorithm: str) -> Callable[..., Any]:
+    """The log density as ``algorithm`` needs it: with its gradient, alone, or in parts."""
+    if SAMPLERS[algorithm].evaluation.parts:
+        return lambda x, batch: (logdensity(x), 0.0, np.array(gradient(x)), np.zeros(DIM))
     if SAMPLERS[algorithm].evaluation.gradient:
         return lambda x: (logdensity(x), np.array(gradient(x)))
     return logdensity
@@ -70,8 +77,23 @@ def in_process(algorithm: str) -> np.ndarray:
             warmup=WARMUP,
             iterations=ITERATIONS,
             seed=SEED,
+            options=OPTIONS.get(algorithm),
             warn=False,
         )
+
+
+def _result(p: dict[str, Any]) -> dict[str, Any]:
+    """A told result for proposal ``p``: sgld's parts where it carries a minibatch."""
+    value = _json(logdensity(p["x"]))
+    if p.get("minibatch") is None:
+        return {"id": p["id"], "log_density": value, "gradient": gradient(p["x"])}
+    return {
+        "id": p["id"],
+        "log_prior": value,
+        "log_likelihood": 0.0,
+        "prior_gradient": gradient(p["x"]),
+        "gradient": [0.0] * DIM,
+    }
 
 
 def served(posts: list[Post], get: Callable[[str], httpx.Response], algorithm: str) -> np.ndarray:
@@ -83,15 +105,13 @@ def served(posts: list[Post], get: Callable[[str], httpx.Response], algorithm: s
         "seed": SEED,
         "warmup": WARMUP,
         "max_iterations": WARMUP + ITERATIONS,
+        "options": OPTIONS.get(algorithm, {}),
     }
     sid = posts[0]("/v1/sessions", body)["id"]
     answer = posts[1 % len(posts)](f"/v1/sessions/{sid}/ask", {"max": CHAINS})
     turn = 0
     while answer["proposals"]:
-        results = [
-            {"id": p["id"], "log_density": _json(logdensity(p["x"])), "gradient": gradient(p["x"])}
-            for p in answer["proposals"]
-        ]
+        results = [_result(p) for p in answer["proposals"]]
         turn += 1
         answer = posts[turn % len(posts)](
             f"/v1/sessions/{sid}/step", {"results": results, "max": CHAINS}
@@ -121,6 +141,7 @@ def test_in_process_draws_do_not_depend_on_blas_threads(algorithm: str) -> None:
         warmup=WARMUP,
         iterations=ITERATIONS,
         seed=SEED,
+        options=OPTIONS.get(algorithm),
         warn=False,
     )
     assert one.tobytes() == in_process(algorithm).tobytes()

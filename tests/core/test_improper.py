@@ -21,7 +21,7 @@ from kameleon.core.base import Proposal, frozen_array, metropolis_accept
 from kameleon.core.checks import DRIFT_MAGNITUDE, Finding, check
 from kameleon.core.run import sample_chains
 from kameleon.core.samplers import am
-from tests.core.evaluations import tell
+from tests.core.evaluations import OPTIONS, tell
 
 ALGORITHMS = sorted(SAMPLERS)
 BIG = 1.7e308
@@ -73,6 +73,7 @@ def test_no_told_value_makes_a_sampler_raise_or_overflow(algorithm: str, kind: s
     # A gradient sampler is told zero gradients, which its check would rightly refuse
     # (tests/core/test_mala.py): here only the arithmetic is on trial.
     base: dict[str, object] = {"gradient_check": 0} if "gradient_check" in fields else {}
+    base.update(OPTIONS.get(algorithm, {}))  # sgld's data_size
     later = {"adaptation": "diminishing"} if "adaptation" in fields else {}
     for options, start in ((base, 0.0), ({**base, **later}, -1e300)):
         positions = drive(algorithm, TOLD[kind], options, start)

@@ -12,7 +12,7 @@ from kameleon.core import SAMPLERS
 from kameleon.core.base import FloatArray
 from kameleon.core.initial import DEFAULT_MAX_ATTEMPTS, initial_point, redraw, start_radius
 from kameleon.core.run import run_chain, sample
-from tests.core.evaluations import for_sampler
+from tests.core.evaluations import for_sampler, options
 
 DIM = 3
 
@@ -88,7 +88,7 @@ def test_redraw_moves_to_the_next_attempt_and_stops_at_the_bound() -> None:
 @pytest.mark.parametrize("name", sorted(SAMPLERS))
 def test_run_chain_without_initial_starts_at_the_first_draw(name: str) -> None:
     sampler = SAMPLERS[name]
-    params = sampler.make_params(DIM, {}, warmup=0)
+    params = sampler.make_params(DIM, options(name), warmup=0)
     result = run_chain(
         sampler,
         params,
@@ -106,7 +106,7 @@ def test_run_chain_without_initial_starts_at_the_first_draw(name: str) -> None:
 @pytest.mark.parametrize("name", sorted(SAMPLERS))
 def test_run_chain_replaces_drawn_starts_outside_the_support(name: str) -> None:
     sampler = SAMPLERS[name]
-    params = sampler.make_params(DIM, {}, warmup=0)
+    params = sampler.make_params(DIM, options(name), warmup=0)
     epochs = []
     for chain in range(8):
         fn = for_sampler(sampler, _half_space)

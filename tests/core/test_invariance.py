@@ -99,7 +99,9 @@ def _assert_average(
 
 
 @pytest.mark.parametrize("target_name", sorted(TARGETS))
-@pytest.mark.parametrize("name", sorted(SAMPLERS))
+# Not sgld: without accept/reject it leaves an approximation invariant, not the target
+# (biased by design; its own accuracy test is tests/core/test_sgld.py).
+@pytest.mark.parametrize("name", sorted(set(SAMPLERS) - {"sgld"}))
 def test_moments_match_the_target(name: str, target_name: str) -> None:
     target = TARGETS[target_name]
     draws = _draws(name, target)

@@ -36,6 +36,9 @@ OPTIONS: dict[str, dict[str, Any]] = {
     "mala": {"metric": "dense"},
     "hmc": {"metric": "dense"},
     "nuts": {"metric": "dense"},
+    # A model of one datum whose log prior is the banana (tell_one below), with steps
+    # large enough to move: its schedule's pow1 and its noise are on trial.
+    "sgld": {"data_size": 1, "step_size": 0.5, "step_offset": 1.0},
 }
 DIM, WARMUP, ITERATIONS, CHAINS = 3, 200, 300, 2
 
@@ -43,7 +46,7 @@ SCRIPT = """
 import hashlib, json, sys
 import numpy as np
 from kameleon.core import SAMPLERS
-from kameleon.core.base import tell_one
+from kameleon.core.base import Parts, tell_one
 
 options, dim, warmup, iterations, chains = json.loads(sys.argv[1])
 
@@ -64,9 +67,10 @@ for name, opts in options.items():
         state = sampler.init(np.full(dim, 0.5), params, seed=11, chain=chain)
         while state.iteration < iterations:
             proposal = sampler.ask(state, params)
+            x = proposal.position
+            parts = Parts(banana(x), 0.0, gradient(x), np.zeros(dim))
             state, _ = tell_one(
-                sampler, state, params, proposal, banana(proposal.position),
-                gradient(proposal.position),
+                sampler, state, params, proposal, banana(x), gradient(x), parts
             )
             digest.update(state.position.tobytes())
             digest.update(proposal.position.tobytes())

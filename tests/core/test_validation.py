@@ -30,7 +30,9 @@ CASES = {case.name: case for case in cases()}
 
 @pytest.mark.slow
 @pytest.mark.parametrize("target", sorted(CASES))
-@pytest.mark.parametrize("algorithm", sorted(SAMPLERS))
+# Not sgld: its targets are posteriors of data told in minibatches, and it is biased by
+# design (no accept/reject), so "right" on these targets is not its claim.
+@pytest.mark.parametrize("algorithm", sorted(set(SAMPLERS) - {"sgld"}))
 def test_right_or_says_so(algorithm: str, target: str) -> None:
     case = CASES[target]
     options = {"max_tree_depth": 6} if algorithm == "nuts" else None

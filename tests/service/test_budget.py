@@ -32,6 +32,7 @@ FILLED = {
     "mala": {"metric": "dense"},
     "hmc": {"metric": "dense"},
     "nuts": {"metric": "dense"},
+    "sgld": {"data_size": 100},  # required; a minibatch of 100, the default's largest
 }
 
 
@@ -44,11 +45,15 @@ async def _stored_bytes(algorithm: str, dim: int) -> tuple[int, int]:
     sid = (await sessions.create(body, ""))["id"]
     proposals = (await sessions.ask(sid, "", 1, None))["proposals"]
     for _ in range(400):
-        results = [  # with the gradient, which a sampler without gradients ignores
+        results = [  # with the gradient, which a sampler without gradients ignores, and
+            # sgld's parts (a model whose log prior is the target), which the others ignore
             TellResult(
                 id=p["id"],
                 log_density=-0.5 * sum(v * v for v in p["x"]),
                 gradient=[-v for v in p["x"]],
+                log_prior=-0.5 * sum(v * v for v in p["x"]),
+                log_likelihood=0.0,
+                prior_gradient=[-v for v in p["x"]],
             )
             for p in proposals
         ]

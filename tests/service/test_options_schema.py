@@ -53,7 +53,9 @@ def _defaults(algorithm: str) -> dict[str, Any]:
 def test_schema_and_service_accept_the_defaults_spelled_out(
     module_client: TestClient, algorithm: str
 ) -> None:
-    body = {"algorithm": algorithm, "dim": 2, "chains": 1, "options": _defaults(algorithm)}
+    # sgld's data_size has no usable default (the number of data points is required).
+    options = {**_defaults(algorithm), **({"data_size": 1000} if algorithm == "sgld" else {})}
+    body = {"algorithm": algorithm, "dim": 2, "chains": 1, "options": options}
     VALIDATOR.validate(body)
     response = module_client.post("/v1/sessions", json=body)
     assert response.status_code == 201, response.text

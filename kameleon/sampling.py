@@ -181,6 +181,13 @@ def sample(
         Bad arguments; a chain has no initial point inside the support; the log density
         is NaN or ``+inf``; in process, a run that needs more memory than ``max_bytes``.
     """
+    sampler = SAMPLERS.get(algorithm)
+    if sampler is not None and sampler.evaluation.parts:
+        raise ValueError(
+            f"{algorithm} is told a log prior and a minibatch's log likelihood apart: run it "
+            "with kameleon.core.run.sample_chains (f(x, minibatch)) or over the HTTP API; "
+            "kameleon.sample does not drive it yet"
+        )
     logdensity = _MinusInfinity(logdensity)
     if extend and session is None:
         raise ValueError("extend=True extends a session: give session= (and url=) too")

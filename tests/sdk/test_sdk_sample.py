@@ -264,3 +264,8 @@ def test_nuts_statistics_reach_the_result_and_arviz_either_way(server: str) -> N
         assert local.sample_stats[name].tobytes() == served.sample_stats[name].tobytes(), name
     stats = local.to_arviz().sample_stats
     assert {"diverging", "energy", "tree_depth", "n_steps", "step_size"} <= set(stats.data_vars)
+
+
+def test_sgld_is_refused_with_where_to_run_it() -> None:
+    with pytest.raises(ValueError, match="sample_chains"):
+        kameleon.sample(banana, dim=2, algorithm="sgld", options={"data_size": 10})

@@ -234,11 +234,20 @@ def test_options_of_the_wrong_type_are_refused(name: str) -> None:
             assert excinfo.value.option == option
 
 
+#: Options that have no default: a session must give them (sgld's number of data points).
+REQUIRED = {"sgld": {"data_size": 10}}
+
+
 def test_every_option_has_a_default(name: str) -> None:
-    if name == "sgld":
-        pytest.skip("sgld's data_size has no default: the number of data points is required")
-    params = SAMPLERS[name].make_params(DIM, {}, warmup=WARMUP)
+    # Every option but the required ones; leaving out a required one is an OptionError
+    # that names it.
+    required = REQUIRED.get(name, {})
+    params = SAMPLERS[name].make_params(DIM, dict(required), warmup=WARMUP)
     assert (params.dim, params.warmup) == (DIM, WARMUP)
+    for option in required:
+        with pytest.raises(OptionError) as excinfo:
+            SAMPLERS[name].make_params(DIM, {}, warmup=WARMUP)
+        assert excinfo.value.option == option
 
 
 # --------------------------------------------------------------------------- codec and replay

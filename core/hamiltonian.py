@@ -1,6 +1,7 @@
 """What the Hamiltonian samplers (HMC, NUTS) share: the kinetic energy of a momentum
 under an inverse metric, momentum draws, one leapfrog step split at its log-density
-evaluation, the U-turn test, and the checks of a told gradient.
+evaluation, and the U-turn test (what every gradient sampler shares is in
+:mod:`core.gradient_chain`).
 
 The inverse metric ``metric`` (the covariance shape of the positions the sampler moves
 along; ``M^-1`` of the mass matrix ``M``) is a vector ``(d,)`` (diagonal) or a matrix
@@ -20,25 +21,20 @@ All arithmetic goes through :mod:`core.arithmetic` (the same bits on every CPU).
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
 
 from kameleon.core.arithmetic import cholesky, dot, exp1, log1, matvec, solve_upper
-from kameleon.core.base import FloatArray, StepInfo, frozen_array
-from kameleon.core.gradient_warmup import DualAveraging, initial_step_size
+from kameleon.core.base import FloatArray
 
 __all__ = [
     "DIVERGENCE",
-    "check_gradient",
     "draw_momentum",
-    "initial_metric",
     "is_turning",
     "kinetic_energy",
     "leapfrog_momentum",
     "leapfrog_position",
     "log_add_exp",
-    "tell_initial_gradient",
     "velocity",
 ]
 
@@ -107,59 +103,6 @@ def is_turning(
     right = dot(velocity(momentum_right, metric), momentum_sum)
     # Not a number (an overflowed sum) turns: the trajectory ends rather than goes on.
     return not (left > 0.0 and right > 0.0)
-
-
-def check_gradient(name: str, logdensity: float, gradient: object, dim: int) -> FloatArray:
-    """The told ``gradient`` as a float64 vector, or ``ValueError``: a log density that
-    is not a number or ``-inf``, a gradient that is not of shape ``(dim,)``, or one that
-    is not finite where the log density is."""
-    if math.isnan(logdensity) or logdensity == math.inf:
-        raise ValueError("log density must be a number or -inf")
-    try:
-        g = np.asarray(gradient, dtype=np.float64)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{name}: the gradient must be a vector of {dim} numbers") from exc
-    if g.shape != (dim,):
-        raise ValueError(
-            f"{name}: the gradient must have shape ({dim},), the told one has {g.shape}"
-        )
-    if logdensity != -math.inf and not np.all(np.isfinite(g)):
-        bad = int(np.flatnonzero(~np.isfinite(g))[0])
-        raise ValueError(
-            f"{name}: the gradient is not finite (coordinate {bad} is {g[bad]!r}) where "
-            "the log density is"
-        )
-    return g
-
-
-def initial_metric(dim: int, kind: str) -> FloatArray:
-    """The inverse metric before any is estimated: the identity."""
-    return frozen_array(np.eye(dim) if kind == "dense" else np.ones(dim))
-
-
-def tell_initial_gradient(
-    state: Any, params: Any, logdensity: float, gradient: FloatArray, **restart: Any
-) -> tuple[Any, StepInfo]:
-    """The initial point's tell for a gradient sampler: a finite log density sets the
-    log density and the gradient (and, for a new chain, the first step size unless
-    given; a chain given a new initial point later keeps its adapted one); ``-inf``
-    leaves the chain as it was, waiting for a new initial point. ``restart``: the
-    sampler's fields of a trajectory in progress, as at a transition's start."""
-    if logdensity == -math.inf:
-        return state, StepInfo(state.iteration, "outside_support", 0.0, True)
-    changes: dict[str, Any] = {}
-    if params.step_size is None and state.iteration == 0:
-        step_size = initial_step_size(gradient, state.metric)
-        changes = {"step_size": step_size, "adapt": DualAveraging.start(step_size)}
-    new = state.evolve(
-        logdensity=float(logdensity),
-        gradient=frozen_array(gradient),
-        evaluations=state.evaluations + 1,
-        step=0,
-        **restart,
-        **changes,
-    )
-    return new, StepInfo(state.iteration, "initialized", 1.0, True)
 
 
 def log_add_exp(a: float, b: float) -> float:

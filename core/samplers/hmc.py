@@ -42,20 +42,22 @@ from kameleon.core.base import (
     Sampler,
     StepInfo,
     frozen_array,
-    new_chain_fields,
     params_parser,
 )
-from kameleon.core.gradient_check import Check, check_ask, check_tell, start_check
+from kameleon.core.gradient_chain import (
+    check_gradient,
+    check_gradient_options,
+    new_gradient_fields,
+    tell_initial_gradient,
+)
+from kameleon.core.gradient_check import Check, check_ask, check_tell
 from kameleon.core.gradient_warmup import DualAveraging, MetricWindow, warmup_changes
 from kameleon.core.hamiltonian import (
     DIVERGENCE,
-    check_gradient,
     draw_momentum,
-    initial_metric,
     kinetic_energy,
     leapfrog_momentum,
     leapfrog_position,
-    tell_initial_gradient,
 )
 from kameleon.core.rng import Stream, generator
 from kameleon.core.serialization import register
@@ -120,12 +122,7 @@ class Params:
             raise OptionError("num_steps", "must be in [1, 100000]")
         if not 0 <= self.step_jitter < 1:
             raise OptionError("step_jitter", "must be in [0, 1)")
-        if self.step_size is not None and not self.step_size > 0:
-            raise OptionError("step_size", "must be positive")
-        if not 0 < self.target_acceptance < 1:
-            raise OptionError("target_acceptance", "must be in (0, 1)")
-        if self.gradient_check < 0:
-            raise OptionError("gradient_check", "must be non-negative")
+        check_gradient_options(self)
 
 
 @register("hmc.State")
@@ -178,20 +175,10 @@ make_params = params_parser(Params)
 
 
 def init(position: Any, params: Params, *, seed: int, chain: int) -> State:
-    fields = new_chain_fields(position, seed=seed, chain=chain)
-    d = fields["position"].size
-    zeros = frozen_array(np.zeros(d))
-    step_size = params.step_size if params.step_size is not None else 1.0
+    fields = new_gradient_fields(position, params, seed=seed, chain=chain)
+    zeros = fields["gradient"]
     return State(
         **fields,
-        gradient=zeros,
-        step=0,
-        evaluations=0,
-        check=start_check(chain, params.gradient_check),
-        adapt=DualAveraging.start(step_size),
-        step_size=step_size,
-        metric=initial_metric(d, params.metric),
-        window=MetricWindow.empty(d, params.metric == "dense"),
         n_steps=0,
         diverging=False,
         divergences=0,

@@ -31,21 +31,23 @@ from kameleon.core.base import (
     ChainState,
     Evaluation,
     FloatArray,
-    OptionError,
     Proposal,
     Sampler,
     StepInfo,
     accept_or_reject,
     frozen_array,
-    new_chain_fields,
     params_parser,
-    tell_initial,
 )
-from kameleon.core.gradient_check import Check, check_ask, check_tell, start_check
+from kameleon.core.gradient_chain import (
+    check_gradient,
+    check_gradient_options,
+    new_gradient_fields,
+    tell_initial_gradient,
+)
+from kameleon.core.gradient_check import Check, check_ask, check_tell
 from kameleon.core.gradient_warmup import (
     DualAveraging,
     MetricWindow,
-    initial_step_size,
     warmup_changes,
 )
 from kameleon.core.rng import Stream, generator
@@ -58,7 +60,6 @@ __all__ = [
     "State",
     "ask",
     "chain_floats",
-    "checked_gradient",
     "init",
     "make_params",
     "tell",
@@ -102,14 +103,7 @@ class Params:
     gradient_check: int = 1
 
     def __post_init__(self) -> None:
-        if self.step_size is not None and not (
-            math.isfinite(self.step_size) and self.step_size > 0
-        ):
-            raise OptionError("step_size", "must be positive")
-        if not 0 < self.target_acceptance < 1:
-            raise OptionError("target_acceptance", "must be in (0, 1)")
-        if self.gradient_check < 0:
-            raise OptionError("gradient_check", "must be at least 0")
+        check_gradient_options(self)
 
 
 @register("mala.State")
@@ -131,20 +125,7 @@ make_params = params_parser(Params)
 
 
 def init(position: Any, params: Params, *, seed: int, chain: int) -> State:
-    fields = new_chain_fields(position, seed=seed, chain=chain)
-    d = fields["position"].size
-    step_size = params.step_size if params.step_size is not None else 1.0
-    return State(
-        **fields,
-        gradient=frozen_array(np.zeros(d)),
-        step=0,
-        evaluations=0,
-        check=start_check(chain, params.gradient_check),
-        adapt=DualAveraging.start(step_size),
-        step_size=step_size,
-        metric=frozen_array(np.eye(d) if params.metric == "dense" else np.ones(d)),
-        window=MetricWindow.empty(d, params.metric == "dense"),
-    )
+    return State(**new_gradient_fields(position, params, seed=seed, chain=chain))
 
 
 def _factor(metric: FloatArray) -> FloatArray:
@@ -191,17 +172,6 @@ def ask(state: State, params: Params) -> Proposal:
     return Proposal(t, "proposal", point, 0.0, state.step)
 
 
-def checked_gradient(gradient: Any, dim: int, logdensity: float) -> FloatArray:
-    """A told gradient as an array: ``ValueError`` unless it has ``dim`` numbers, all
-    finite where the log density is (at ``-inf`` it is not used)."""
-    g = np.asarray(gradient, dtype=np.float64)
-    if g.shape != (dim,):
-        raise ValueError(f"the gradient must have {dim} values, not shape {g.shape}")
-    if math.isfinite(logdensity) and not np.isfinite(g).all():
-        raise ValueError("the gradient must be finite where the log density is")
-    return frozen_array(g)
-
-
 def tell(
     state: State, params: Params, proposal: Proposal, logdensity: float
 ) -> tuple[State, StepInfo]:
@@ -212,11 +182,11 @@ def tell_gradient(
     state: State, params: Params, proposal: Proposal, logdensity: float, gradient: FloatArray
 ) -> tuple[State, StepInfo]:
     """Everything after the evaluation of ``proposal``, with its gradient."""
-    if math.isnan(logdensity) or logdensity == math.inf:
-        raise ValueError("log density must be a number or -inf")
-    g = checked_gradient(gradient, params.dim, logdensity)
+    g = frozen_array(check_gradient(NAME, logdensity, gradient, params.dim))
     if proposal.kind == "init":
-        return _tell_initial(state, params, proposal, logdensity, g)
+        if (proposal.iteration, state.logdensity) != (state.iteration, None):
+            raise ValueError("proposal does not belong to this state")
+        return tell_initial_gradient(state, params, logdensity, g)
     if proposal.kind == "gradient_check":
         new, info = check_tell(state, proposal, logdensity, g)
         return new.evolve(evaluations=state.evaluations + 1), info
@@ -245,28 +215,6 @@ def tell_gradient(
     )
     changes = warmup_changes(new, params, info.acceptance_probability, t)
     return (new.evolve(**changes) if changes else new), info
-
-
-def _tell_initial(
-    state: State, params: Params, proposal: Proposal, logdensity: float, g: FloatArray
-) -> tuple[State, StepInfo]:
-    if (proposal.iteration, state.logdensity) != (state.iteration, None):
-        raise ValueError("proposal does not belong to this state")
-    new, info = tell_initial(state, proposal, logdensity)
-    if info.outcome != "initialized":
-        return new, info  # waits for a new initial point, as it was
-    step_size = state.step_size
-    if params.step_size is None and state.iteration == 0:
-        step_size = initial_step_size(g, state.metric)
-    return (
-        new.evolve(
-            gradient=g,
-            evaluations=state.evaluations + 1,
-            step_size=step_size,
-            adapt=DualAveraging.start(step_size) if state.iteration == 0 else state.adapt,
-        ),
-        info,
-    )
 
 
 def chain_floats(dim: int, params: Params) -> int:

@@ -118,29 +118,46 @@ def _field_names(cls: Any) -> tuple[str, ...]:
 # --------------------------------------------------------------------------- encode
 
 
-def to_jsonable(value: Any) -> Any:
-    """Plain JSON-able data for ``value`` (no NaN or infinity in the output)."""
+def to_jsonable(value: Any, memo: dict[int, Any] | None = None) -> Any:
+    """Plain JSON-able data for ``value`` (no NaN or infinity in the output).
+
+    ``memo``, kept by the caller for one document, maps the ``id`` of each array and
+    dataclass already encoded to its encoding, which is given again where the same
+    object appears again (a tree's points are often one object named several times):
+    the document is the same, written once. Only for objects that stay alive and
+    unchanged while the document is built."""
     kind = type(value)
     if kind is float:
         return value if math.isfinite(value) else {"f": repr(value)}
     if value is None or kind is int or kind is bool or kind is str:
         return value
     if kind is np.ndarray:
+        if memo is not None and (seen := memo.get(id(value))) is not None:
+            return seen
         code = "i8" if value.dtype.kind in "iu" else "f8"
         data = np.ascontiguousarray(value, dtype=_DTYPES[code]).tobytes()
-        return {"a": code, "s": list(value.shape), "b": base64.b64encode(data).decode("ascii")}
+        text = binascii.b2a_base64(data, newline=False).decode("ascii")
+        out = {"a": code, "s": list(value.shape), "b": text}
+        if memo is not None:
+            memo[id(value)] = out
+        return out
     if isinstance(value, np.floating):
         return to_jsonable(float(value))
     if isinstance(value, np.integer):
         return int(value)
     if isinstance(value, tuple | list):
-        return {"t": [to_jsonable(v) for v in value]}
+        return {"t": [to_jsonable(v, memo) for v in value]}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        if memo is not None and (seen := memo.get(id(value))) is not None:
+            return seen
         name = getattr(type(value), "__codec_name__", None)
         if name is None:
             raise TypeError(f"{type(value).__name__} is not registered with the codec")
-        fields = {n: to_jsonable(getattr(value, n)) for n in _field_names(type(value))}
-        return {"c": name, "v": fields}
+        fields = {n: to_jsonable(getattr(value, n), memo) for n in _field_names(type(value))}
+        out = {"c": name, "v": fields}
+        if memo is not None:
+            memo[id(value)] = out
+        return out
     raise TypeError(f"cannot encode {type(value).__name__}")
 
 
@@ -311,12 +328,13 @@ def encode(state: Any, *, with_cold: bool = True) -> tuple[dict[str, Any], dict[
     cold_names = cold_fields(type(state))
     hot: dict[str, Any] = {}
     cold: dict[str, Any] = {}
+    memo: dict[int, Any] = {}  # the state holds every object named in it meanwhile
     for field_name in _field_names(type(state)):
         if field_name in cold_names:
             if with_cold:
-                cold[field_name] = to_jsonable(getattr(state, field_name))
+                cold[field_name] = to_jsonable(getattr(state, field_name), memo)
         else:
-            hot[field_name] = to_jsonable(getattr(state, field_name))
+            hot[field_name] = to_jsonable(getattr(state, field_name), memo)
     return {"c": name, "v": hot, "schema_version": SCHEMA_VERSION}, cold
 
 

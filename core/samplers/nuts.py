@@ -10,8 +10,9 @@ end in the ``j``-th direction. The tree is built iteratively, one leapfrog point
 ``ask``/``tell`` (BlackJAX's ``dynamic_iterative_nuts``, NumPyro's iterative U-turn
 checkpoints), so the state between two evaluations is bounded: the trajectory's two
 ends (position, momentum, gradient, log density), the sum of its momenta, the draw
-candidate and the current subtree's, two log sums of weights, and ``max_tree_depth``
-checkpoints of a momentum and a momentum sum (the subtrees whose U-turn a new point
+candidate and the current subtree's, two log sums of weights, and at most
+``max_tree_depth`` checkpoints of a momentum and a momentum sum (a subtree of depth
+``j`` uses ``j`` of them, and only those are stored; the subtrees whose U-turn a new point
 closes are those whose first point is at a checkpoint: leaf ``n`` of a subtree closes
 the ``t`` subtrees of sizes ``2, 4, ..., 2^t`` ending at it, ``t`` the trailing ones of
 ``n``).
@@ -162,9 +163,10 @@ class Trajectory:
     momentum_sum
         The momenta of every point of the trajectory, added.
     checkpoint_momentum, checkpoint_sum, checkpoint_previous
-        Shape ``(max_tree_depth, d)``: the momentum at a point of the current subtree,
-        the momentum sum up to it, and the momentum at the point before it (see
-        :func:`checkpoint_range`).
+        Shape ``(k, d)``, ``k`` at most ``max_tree_depth``: the momentum at a point of
+        the current subtree, the momentum sum up to it, and the momentum at the point
+        before it (see :func:`checkpoint_range`); a row is added when a subtree first
+        needs it, so a shallow tree stores few.
     depth, leaf
         The current subtree's depth and its points told.
     points
@@ -278,7 +280,7 @@ def _idle(dim: int, params: Params) -> Trajectory:
     """A new chain's placeholder for its trees."""
     zeros = frozen_array(np.zeros(dim))
     point = Point(zeros, zeros, zeros, 0.0, 0.0)
-    empty = frozen_array(np.zeros((params.max_tree_depth, dim)))
+    empty = _no_checkpoints(dim)
     return Trajectory(
         point, point, point, False, point, zeros, empty, empty, empty,
         0, 0, 0, 0.0, 0.0, 0.0, -math.inf,
@@ -295,7 +297,7 @@ def _begin(state: State, params: Params) -> Trajectory:
     assert logdensity is not None  # asked and told only once the initial point is
     energy0 = -logdensity + kinetic_energy(momentum, state.metric)
     start = Point(state.position, _frozen(momentum), state.gradient, logdensity, energy0)
-    empty = frozen_array(np.zeros((params.max_tree_depth, state.position.size)))
+    empty = _no_checkpoints(state.position.size)
     return Trajectory(
         left=start,
         right=start,
@@ -440,8 +442,14 @@ def tell_gradient(
     return state.evolve(trajectory=grown, **common), StepInfo(t, "step", 1.0, t <= params.warmup)
 
 
+def _no_checkpoints(dim: int) -> FloatArray:
+    return frozen_array(np.zeros((0, dim)))
+
+
 def _with_row(a: FloatArray, i: int, row: FloatArray) -> FloatArray:
-    out = np.array(a)
+    """A copy of ``a`` with row ``i`` set to ``row``, one row longer if ``i`` is the
+    next row (the checkpoints a subtree uses grow with its depth)."""
+    out = np.concatenate([a, row[None, :]]) if i == a.shape[0] else np.array(a)
     out[i] = row
     return out
 
@@ -528,11 +536,24 @@ def _end(
         diverging=diverging,
         divergences=state.divergences + (diverging and t > params.warmup),
         energy=sample.energy,
-        trajectory=dataclasses.replace(tree, points=0),
+        trajectory=_stale(tree),
     )
     new = new.evolve(**warmup_changes(new, params, prob, t))
     outcome: Literal["accepted", "rejected"] = "accepted" if tree.moved else "rejected"
     return new, StepInfo(t, outcome, prob, t <= params.warmup)
+
+
+def _stale(tree: Trajectory) -> Trajectory:
+    """A finished tree as the state keeps it until the next transition begins: its
+    points, without its checkpoints, which the next tree does not read."""
+    empty = _no_checkpoints(tree.left.position.size)
+    return dataclasses.replace(
+        tree,
+        points=0,
+        checkpoint_momentum=empty,
+        checkpoint_sum=empty,
+        checkpoint_previous=empty,
+    )
 
 
 def chain_floats(dim: int, params: Params) -> int:

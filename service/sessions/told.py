@@ -170,6 +170,10 @@ def _value(meta: SessionMeta, i: int, result: Result) -> tuple[float, Parts | No
     return value, parts
 
 
+#: The types of a told gradient's entries as JSON gives them (not ``bool``).
+_NUMBER_TYPES = frozenset((float, int))
+
+
 def _gradient(meta: SessionMeta, i: int, result: Result) -> FloatArray | None:
     """The told gradient as an array, for a sampler that needs one (``None`` for the
     others, which ignore it); at ``-inf``, where it is not used, it may be left out, and
@@ -191,9 +195,12 @@ def _gradient(meta: SessionMeta, i: int, result: Result) -> FloatArray | None:
         raise Invalid(
             f"results[{i}].gradient must have {meta.dim} values, not {len(values)}", field=field
         )
-    for j, v in enumerate(values):
-        if isinstance(v, bool) or not isinstance(v, int | float):
-            raise Invalid(f"results[{i}].gradient[{j}] must be a number", field=f"{field}.{j}")
+    if not _NUMBER_TYPES.issuperset(map(type, values)):  # one pass in C; then find it
+        for j, v in enumerate(values):
+            if isinstance(v, bool) or not isinstance(v, int | float):
+                raise Invalid(
+                    f"results[{i}].gradient[{j}] must be a number", field=f"{field}.{j}"
+                )
     try:
         gradient = np.array(values, dtype=np.float64)
     except OverflowError:  # an integer beyond the float range

@@ -170,8 +170,15 @@ def test_a_state_round_trips_through_the_codec_mid_tree() -> None:
     b, log_b = drive(params, f, copy, 500)
     assert [p.position.tobytes() for p, _ in log_a] == [p.position.tobytes() for p, _ in log_b]
     assert encode(a) == encode(b)
-    # The tree in progress is bounded: checkpoints of max_tree_depth rows.
-    assert state.trajectory.checkpoint_momentum.shape == (params.max_tree_depth, 2)
+    # The tree in progress is bounded: a subtree of depth j stores at most j checkpoints
+    # (one for the first subtree), never more than max_tree_depth, and a finished tree none.
+    tree = state.trajectory
+    for ckpt in (tree.checkpoint_momentum, tree.checkpoint_sum, tree.checkpoint_previous):
+        assert 1 <= ckpt.shape[0] <= max(tree.depth, 1) <= params.max_tree_depth
+        assert ckpt.shape[1] == 2
+    while state.trajectory.points:
+        state, _ = drive(params, f, state, 1)
+    assert state.trajectory.checkpoint_momentum.shape == (0, 2)
 
 
 def test_checkpoint_ranges() -> None:

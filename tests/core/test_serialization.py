@@ -154,6 +154,30 @@ def test_a_document_from_before_the_kameleon_package_decodes(name: str) -> None:
     assert encode(decode(hot, cold)) == encode(decode(*_old(name)))
 
 
+def test_an_object_named_twice_is_written_the_same_each_time() -> None:
+    # encode() writes an array or a dataclass it meets again from its first encoding
+    # (a NUTS tree names one point as several of its ends): the document is the one that
+    # encoding every field apart gives, and decodes to equal, separate objects.
+    from kameleon.core.samplers import nuts
+    from kameleon.core.serialization import to_jsonable
+
+    params = nuts.make_params(3, {}, warmup=10)
+    state = nuts.init(np.array([0.1, -0.2, 0.3]), params, seed=1, chain=0)
+    for i in range(200):
+        proposal = nuts.ask(state, params)
+        x = proposal.position
+        state, _ = nuts.tell_gradient(state, params, proposal, -0.5 * float(x @ x), -x)
+        if i > 40 and state.trajectory.points == 0:
+            break
+    # Between transitions the draw's arrays are the finished tree's candidate's.
+    assert state.position is state.trajectory.sample.position
+    hot, _ = encode(state)
+    separate = {n: to_jsonable(getattr(state, n)) for n in nuts.State.__dataclass_fields__}
+    assert json.dumps(hot["v"], sort_keys=True) == json.dumps(separate, sort_keys=True)
+    copy = decode(json.loads(json.dumps(hot)))
+    assert encode(copy) == encode(state)
+
+
 def test_every_old_document_names_only_aliased_classes() -> None:
     names = set().union(*(_class_names(_old(n)) for n in OLD_DOCUMENTS))
     assert names == {n for n in ALIASES if n.startswith("kameleon.core.")}

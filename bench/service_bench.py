@@ -196,34 +196,46 @@ def drive(
 
 
 def per_evaluation(
-    port: int, algorithm: str, chains: int, dim: int, steps: int, warm: int
-) -> list[float]:
-    """Seconds per evaluation handed out and told, one client on one session, every
-    chain's proposal told and the next asked in each ``step`` (``max = chains``), after
-    ``warm`` steps; one figure per block of steps (20 blocks). The client evaluates a
-    standard normal, with its gradient for a gradient sampler."""
+    port: int, algorithms: tuple[str, ...], chains: int, dim: int, steps: int, warm: int
+) -> dict[str, list[float]]:
+    """Seconds per evaluation handed out and told, per algorithm: one client, one session
+    each, every chain's proposal told and the next asked in each ``step`` (``max =
+    chains``), after ``warm`` steps; one figure per block of steps (20 blocks). The
+    sessions take turns step by step, so that a slow moment of a shared machine falls on
+    all of them alike. The client evaluates a standard normal, with its gradient for a
+    gradient sampler."""
     client = Client(port)
-    sid = create(client, algorithm, chains, dim=dim)
-    _, raw = client.post(f"/v1/sessions/{sid}/ask", {"max": chains})
-    proposals = orjson.loads(raw)["proposals"]
-    gradient = algorithm in ("mala", "hmc", "nuts")
-    per_block, block = [], max(1, steps // 20)
-    started, told = 0.0, 0
+    sessions, proposals = {}, {}
+    for algorithm in algorithms:
+        sessions[algorithm] = sid = create(client, algorithm, chains, dim=dim)
+        _, raw = client.post(f"/v1/sessions/{sid}/ask", {"max": chains})
+        proposals[algorithm] = orjson.loads(raw)["proposals"]
+    per_block: dict[str, list[float]] = {a: [] for a in algorithms}
+    spent = dict.fromkeys(algorithms, 0.0)
+    told = dict.fromkeys(algorithms, 0)
+    block = max(1, steps // 20)
     for i in range(warm + steps):
         if i >= warm and (i - warm) % block == 0:
-            if told:
-                per_block.append((time.perf_counter() - started) / told)
-            started, told = time.perf_counter(), 0
-        results = []
-        for p in proposals:
-            r: dict[str, object] = {"id": p["id"], "log_density": logp(p["x"])}
-            if gradient:
-                r["gradient"] = [-v for v in p["x"]]
-            results.append(r)
-        told += len(results)
-        status, raw = client.post(f"/v1/sessions/{sid}/step", {"results": results, "max": chains})
-        assert status == 200, raw
-        proposals = orjson.loads(raw)["proposals"]
+            for a in algorithms:
+                if told[a]:
+                    per_block[a].append(spent[a] / told[a])
+                spent[a], told[a] = 0.0, 0
+        for algorithm in algorithms:
+            gradient = algorithm in ("mala", "hmc", "nuts")
+            started = time.perf_counter()
+            results = []
+            for p in proposals[algorithm]:
+                r: dict[str, object] = {"id": p["id"], "log_density": logp(p["x"])}
+                if gradient:
+                    r["gradient"] = [-v for v in p["x"]]
+                results.append(r)
+            status, raw = client.post(
+                f"/v1/sessions/{sessions[algorithm]}/step", {"results": results, "max": chains}
+            )
+            assert status == 200, raw
+            proposals[algorithm] = orjson.loads(raw)["proposals"]
+            spent[algorithm] += time.perf_counter() - started
+            told[algorithm] += len(results)
     return per_block
 
 
@@ -240,10 +252,8 @@ def per_evaluation_main(redis_url: str, prefix: str, quick: bool, output: str) -
         for store, port in ports.items():
             for chains, dim, steps in ((1, 8, 3000), (16, 8, 600), (256, 8, 60), (16, 100, 300)):
                 n = max(20, int(steps * q))
-                row = {}
-                for algorithm in ("am", "nuts"):
-                    blocks = per_evaluation(port, algorithm, chains, dim, n, warm=max(5, n // 5))
-                    row[f"{algorithm}_us"] = statistics.median(blocks) * 1e6
+                blocks = per_evaluation(port, ("am", "nuts"), chains, dim, n, warm=max(5, n // 5))
+                row = {f"{a}_us": statistics.median(b) * 1e6 for a, b in blocks.items()}
                 row["ratio"] = row["nuts_us"] / row["am_us"]
                 key = f"{store}/{chains}chains/d{dim}"
                 figures[key] = row

@@ -22,12 +22,20 @@ from kameleon.core.gradient_check import start_check
 from kameleon.core.gradient_warmup import DualAveraging, MetricWindow, initial_step_size
 
 __all__ = [
+    "WARMUP_COLD_FIELDS",
     "check_gradient",
     "check_gradient_options",
     "initial_metric",
     "new_gradient_fields",
     "tell_initial_gradient",
 ]
+
+
+#: The shared fields that change at most once per transition (and not at all after
+#: warm-up): a sampler whose transition is many evaluations (``hmc``, ``nuts``) lists
+#: them in its ``COLD_FIELDS``, so that a store writes them only when they change, not
+#: at every point of a trajectory.
+WARMUP_COLD_FIELDS = ("check", "adapt", "metric", "window")
 
 
 def check_gradient_options(params: Any) -> None:

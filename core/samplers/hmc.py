@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
@@ -45,6 +45,7 @@ from kameleon.core.base import (
     params_parser,
 )
 from kameleon.core.gradient_chain import (
+    WARMUP_COLD_FIELDS,
     check_gradient,
     check_gradient_options,
     new_gradient_fields,
@@ -151,6 +152,8 @@ class State(ChainState):
         The trajectory in progress: its last point told, the momentum and gradient
         there, and the Hamiltonian at its start (stale when ``leapfrog`` is 0).
     """
+
+    COLD_FIELDS: ClassVar[tuple[str, ...]] = WARMUP_COLD_FIELDS
 
     gradient: FloatArray
     step: int

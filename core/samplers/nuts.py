@@ -39,7 +39,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
@@ -56,6 +56,7 @@ from kameleon.core.base import (
     params_parser,
 )
 from kameleon.core.gradient_chain import (
+    WARMUP_COLD_FIELDS,
     check_gradient,
     check_gradient_options,
     new_gradient_fields,
@@ -223,6 +224,8 @@ class State(ChainState):
         The transition's tree in progress; with no point told (``points`` 0), the
         last one's, stale: the state keeps its shape between transitions.
     """
+
+    COLD_FIELDS: ClassVar[tuple[str, ...]] = WARMUP_COLD_FIELDS
 
     gradient: FloatArray
     step: int

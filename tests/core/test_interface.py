@@ -310,6 +310,14 @@ def test_state_size_does_not_grow_after_warmup(name: str) -> None:
         return {}
 
     (early_hot, early_cold), (late_hot, late_cold) = encode(early), encode(late)
+    if name == "nuts":
+        # A tree's checkpoints have as many rows as its depth uses: bounded by
+        # max_tree_depth, not by the transitions done. Compared apart from the rest.
+        for hot in (early_hot, late_hot):
+            tree = hot["v"]["trajectory"]["v"]
+            for key in ("checkpoint_momentum", "checkpoint_sum", "checkpoint_previous"):
+                rows, cols = tree.pop(key)["s"]
+                assert rows <= params.max_tree_depth and cols == DIM
     assert shapes(early_hot) == shapes(late_hot)
     assert shapes(early_cold) == shapes(late_cold)
     # Besides arrays of the same shapes, only the digits of counters and floats may differ.

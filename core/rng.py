@@ -68,6 +68,10 @@ class _Reusable:
         return self.generator
 
 
+#: The pool's slot that every substream shares.
+_SUBSTREAMS = -1
+
+
 def _reusable(stream: int) -> _Reusable:
     pool: dict[int, _Reusable] | None = getattr(_local, "pool", None)
     if pool is None:
@@ -92,14 +96,17 @@ def generator(seed: int, chain: int, iteration: int, stream: Stream | int) -> np
     -----
     Building a Philox generator costs more than a Metropolis step, so each thread keeps
     one per stream and resets its key and counter here. The generator returned is
-    therefore valid until the next call with the same ``stream`` in the same thread:
-    draw what you need from it before asking for another of that stream.
+    therefore valid until the next call with the same ``stream`` in the same thread (for
+    a substream, :func:`substream`, the next call for any substream): draw what you need
+    from it before asking for another.
     """
     if not (0 <= seed <= MAX_SEED and chain >= 0 and iteration >= 0 and stream >= 0):
         raise ValueError("seed, chain, iteration and stream must be non-negative")
-    if stream >= 64:  # a substream: one generator kept per stream would grow without bound
-        return fresh_generator(seed, chain, iteration, stream)
-    return _reusable(int(stream)).reset(seed, chain, iteration, int(stream))
+    # A substream (64 and above) shares one kept generator with every other substream:
+    # one kept per stream would grow without bound. It is valid until the next call for
+    # any substream.
+    slot = int(stream) if stream < 64 else _SUBSTREAMS
+    return _reusable(slot).reset(seed, chain, iteration, int(stream))
 
 
 def fresh_generator(

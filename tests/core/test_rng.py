@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kameleon.core.rng import MAX_SEED, Stream, fresh_generator, generator
+from kameleon.core.rng import MAX_SEED, Stream, fresh_generator, generator, substream
 
 
 @pytest.mark.parametrize("args", [(0, 0, 0, 0), (1, 2, 3, 1), (MAX_SEED, 4095, 10**12, 3)])
@@ -31,6 +31,16 @@ def test_streams_are_kept_apart() -> None:
     a, b = propose.random(4), accept.random(4)
     assert not np.array_equal(a, b)
     np.testing.assert_array_equal(a, fresh_generator(5, 1, 9, Stream.PROPOSE).random(4))
+
+
+@pytest.mark.parametrize("step", [0, 1, 7, 10**6])
+def test_a_substream_gives_a_fresh_generators_numbers(step: int) -> None:
+    # Substreams share one kept generator: each call still gives its own stream's numbers.
+    stream = substream(Stream.ACCEPT, step)
+    expected = fresh_generator(3, 2, 11, stream).random(5)
+    generator(3, 2, 11, substream(Stream.ACCEPT, step + 1)).random(50)  # moves the shared one
+    np.testing.assert_array_equal(generator(3, 2, 11, stream).random(5), expected)
+    assert not np.array_equal(generator(3, 2, 11, Stream.ACCEPT).random(5), expected)
 
 
 def test_different_counters_give_different_numbers() -> None:

@@ -137,7 +137,7 @@ def to_jsonable(value: Any, memo: dict[int, Any] | None = None) -> Any:
         code = "i8" if value.dtype.kind in "iu" else "f8"
         data = np.ascontiguousarray(value, dtype=_DTYPES[code]).tobytes()
         text = binascii.b2a_base64(data, newline=False).decode("ascii")
-        out = {"a": code, "s": list(value.shape), "b": text}
+        out: dict[str, Any] = {"a": code, "s": list(value.shape), "b": text}
         if memo is not None:
             memo[id(value)] = out
         return out
@@ -154,10 +154,10 @@ def to_jsonable(value: Any, memo: dict[int, Any] | None = None) -> Any:
         if name is None:
             raise TypeError(f"{type(value).__name__} is not registered with the codec")
         fields = {n: to_jsonable(getattr(value, n), memo) for n in _field_names(type(value))}
-        out = {"c": name, "v": fields}
+        doc = {"c": name, "v": fields}
         if memo is not None:
-            memo[id(value)] = out
-        return out
+            memo[id(value)] = doc
+        return doc
     raise TypeError(f"cannot encode {type(value).__name__}")
 
 

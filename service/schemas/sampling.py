@@ -90,31 +90,36 @@ class TellResult(RequestModel):
         None,
         description="log density (or log of an unbiased estimate) at the proposal; "
         "-Infinity, '-inf' or null outside the support. NaN and +inf are errors. "
-        "Required, except by `sgld`, which ignores it: its told value is "
-        "`log_prior + (N / n) log_likelihood`.",
+        "Required unless the result gives `log_prior` and `log_likelihood` (then the "
+        "value is `prior_power * log_prior + log_likelihood`, which `log_density`, if "
+        "given too, must equal) and by `sgld`, which ignores it: its told value is "
+        "`prior_power * log_prior + (N / n) log_likelihood`.",
     )
     gradient: list[Any] | None = Field(
         None,
         description="Gradient of the log density at the point: `dim` finite numbers. "
         "Required by the algorithms that use gradients (`mala`, `hmc`, `nuts`: the "
         "session says `needs_gradient`), except where the log "
-        "density is -inf; the others ignore it, unchecked. For `sgld`: the gradient of "
-        "the minibatch's log likelihood (the sum over its points, not scaled).",
+        "density is -inf; the others ignore it, unchecked. With `prior_gradient` (a "
+        "result told in parts), and for `sgld`: the gradient of the log likelihood "
+        "(for `sgld` the minibatch's sum over its points, not scaled).",
     )
     log_prior: LogDensity = Field(  # type: ignore[assignment]
         None,
-        description="`sgld` only (required there): the log prior density at the point; "
-        "-Infinity, '-inf' or null outside the support.",
+        description="The log prior density at the point, told apart from "
+        "`log_likelihood` (both, or neither; `sgld` requires them); -Infinity, '-inf' or "
+        "null outside the support, where `log_likelihood` may be left out.",
     )
     log_likelihood: Finite | None = Field(
         None,
-        description="`sgld` only (required there, except where `log_prior` is -inf): the "
-        "minibatch's log likelihood, the sum over its data points (not scaled).",
+        description="The log likelihood at the point, told apart from `log_prior` (for "
+        "`sgld`: the minibatch's, the sum over its data points, not scaled).",
     )
     prior_gradient: list[Any] | None = Field(
         None,
-        description="`sgld` only (required there, except where `log_prior` is -inf): the "
-        "log prior's gradient at the point, `dim` finite numbers.",
+        description="The log prior's gradient at the point, `dim` finite numbers: "
+        "required by `sgld`, and by a gradient algorithm told in parts when "
+        "`prior_power` is not 1 (then `gradient` is the log likelihood's).",
     )
 
 

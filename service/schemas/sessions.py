@@ -100,6 +100,14 @@ class SessionCreate(RequestModel):
     pseudo_marginal: bool = Field(
         False, description="Told values are logs of unbiased estimates of the density."
     )
+    prior_power: Finite = Field(
+        1.0,
+        gt=0,
+        le=1,
+        description="When a result tells `log_prior` and `log_likelihood` apart, its value "
+        "is `prior_power * log_prior + log_likelihood`: a shard of J for consensus Monte "
+        "Carlo gives 1/J. Results told as `log_density` alone are used as told.",
+    )
     warmup: Count = Field(
         WARMUP, ge=0, le=MAX_COUNT, description="Iterations per chain marked warm-up."
     )
@@ -196,6 +204,9 @@ class SessionSummary(BaseModel):
     chains: int
     seed: int
     pseudo_marginal: bool
+    prior_power: float = Field(
+        description="The power of `log_prior` in a result told in parts (1: the posterior)."
+    )
     needs_gradient: bool = Field(
         description="Whether every result must carry `gradient` (the algorithms that use "
         "gradients): a worker joining a session reads it here."

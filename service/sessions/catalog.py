@@ -249,6 +249,7 @@ def render_summary(
         "chains": meta.chains,
         "seed": meta.seed,
         "pseudo_marginal": meta.pseudo_marginal,
+        "prior_power": meta.prior_power,
         "needs_gradient": meta.sampler.evaluation.gradient or meta.sampler.evaluation.parts,
         "warmup": meta.warmup,
         "max_iterations": meta.max_iterations,

@@ -55,6 +55,10 @@ class SessionMeta:
     #: How many times the session was revised (``PATCH``: a later ``max_iterations`` or
     #: another stopping rule); 0 as created.
     revision: int = 0
+    #: The power of the prior in the target when a tell gives ``log_prior`` and
+    #: ``log_likelihood`` apart: the told value is ``prior_power * log_prior +
+    #: log_likelihood`` (a consensus shard of J: 1 / J). 1 for sessions made before.
+    prior_power: float = 1.0
 
     @staticmethod
     def build(doc: dict[str, Any]) -> SessionMeta:
@@ -82,6 +86,7 @@ class SessionMeta:
             max_initial_attempts=doc.get("max_initial_attempts", DEFAULT_MAX_ATTEMPTS),
             stop=StopRule.of(stop) if stop is not None else None,
             revision=doc.get("revision", 0),
+            prior_power=doc.get("prior_power", 1.0),
         )
 
     @property
@@ -112,6 +117,7 @@ class SessionMeta:
                 "max_initial_attempts": self.max_initial_attempts,
                 "stop": stop_doc(self.stop),
                 "revision": self.revision,
+                "prior_power": self.prior_power,
             }
         )
 
@@ -211,6 +217,7 @@ def new_meta(body: SessionCreate, owner: str, settings: Settings) -> SessionMeta
         initial_center=_rows(rows),
         max_initial_attempts=body.max_initial_attempts,
         stop=stop,
+        prior_power=body.prior_power,
     )
 
 

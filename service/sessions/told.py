@@ -96,31 +96,63 @@ def _vector(meta: SessionMeta, i: int, name: str, values: Sequence[Any]) -> Floa
         raise Invalid(
             f"results[{i}].{name} must have {meta.dim} values, not {len(values)}", field=field
         )
-    for j, v in enumerate(values):
-        if isinstance(v, bool) or not isinstance(v, int | float):
-            raise Invalid(f"results[{i}].{name}[{j}] must be a number", field=f"{field}.{j}")
+    if not _NUMBER_TYPES.issuperset(map(type, values)):  # one pass in C; then find it
+        for j, v in enumerate(values):
+            if isinstance(v, bool) or not isinstance(v, int | float):
+                raise Invalid(f"results[{i}].{name}[{j}] must be a number", field=f"{field}.{j}")
     try:
         vector = np.array(values, dtype=np.float64)
     except OverflowError:  # an integer beyond the float range
         raise Invalid(f"results[{i}].{name} must be finite", field=field) from None
     bad = np.flatnonzero(~np.isfinite(vector))
     if bad.size:
-        raise Invalid(f"results[{i}].{name}[{bad[0]}] must be finite", field=f"{field}.{bad[0]}")
+        raise Invalid(
+            f"results[{i}].{name}[{bad[0]}] must be finite where the log density is",
+            field=f"{field}.{bad[0]}",
+        )
     vector.flags.writeable = False
     return vector
+
+
+#: The types of a told vector's entries as JSON gives them (not ``bool``).
+_NUMBER_TYPES = frozenset((float, int))
+
+
+def _in_parts(result: Result) -> bool:
+    """Whether ``result`` tells the target as a log prior and a log likelihood."""
+    told = result.model_fields_set
+    return "log_prior" in told or "log_likelihood" in told
+
+
+def _required(meta: SessionMeta, i: int, result: Result, name: str, what: str) -> None:
+    if name not in result.model_fields_set or getattr(result, name) is None:
+        raise Invalid(
+            f"results[{i}].{name}: {meta.algorithm} needs {what} at every point",
+            field=f"results.{i}.{name}",
+        )
+
+
+def _scaled(power: float, vector: FloatArray) -> FloatArray:
+    if power == 1.0:
+        return vector
+    out = power * vector
+    out.flags.writeable = False
+    return out
 
 
 def _parts(meta: SessionMeta, i: int, result: Result) -> Parts:
     """The target's parts told for a minibatch (``sgld``): the log prior and the
     minibatch's log likelihood, each with its gradient, all required except where the
-    log prior is -inf (the point is outside the support, and nothing else is used)."""
-    if result.log_prior is None:
-        raise Invalid(
-            f"results[{i}].log_prior: {meta.algorithm} needs the log prior density at every "
-            "point (a number, or -inf outside the support)",
-            field=f"results.{i}.log_prior",
-        )
-    log_prior = float(result.log_prior)
+    log prior is -inf (the point is outside the support, and nothing else is used). The
+    prior's are raised to the session's ``prior_power``."""
+    _required(
+        meta,
+        i,
+        result,
+        "log_prior",
+        "the log prior density (a number, or -inf outside the support)",
+    )
+    log_prior = float(result.log_prior)  # type: ignore[arg-type]
     if log_prior == -math.inf:
         unused = _UNUSED.setdefault(meta.dim, _nan(meta.dim))
         return Parts(log_prior, math.nan, unused, unused)
@@ -130,29 +162,68 @@ def _parts(meta: SessionMeta, i: int, result: Result) -> Parts:
         "gradient": f"the minibatch log likelihood's gradient: a list of {meta.dim} numbers",
     }
     for name, what in needs.items():
-        if getattr(result, name) is None:
-            raise Invalid(
-                f"results[{i}].{name}: {meta.algorithm} needs {what} at every point",
-                field=f"results.{i}.{name}",
-            )
+        _required(meta, i, result, name, what)
     assert result.log_likelihood is not None
     assert result.prior_gradient is not None and result.gradient is not None
+    power = meta.prior_power
     return Parts(
-        log_prior,
+        power * log_prior,
         float(result.log_likelihood),
-        _vector(meta, i, "prior_gradient", result.prior_gradient),
+        _scaled(power, _vector(meta, i, "prior_gradient", result.prior_gradient)),
         _vector(meta, i, "gradient", result.gradient),
     )
+
+
+def _sum_of_parts(meta: SessionMeta, i: int, result: Result) -> float:
+    """The value of a result told in parts to a sampler of the whole target:
+    ``prior_power * log_prior + log_likelihood``, which a told ``log_density`` must
+    equal (to a relative 1e-9: the client's sum may round otherwise)."""
+    if "log_prior" not in result.model_fields_set:
+        raise Invalid(
+            f"results[{i}].log_prior: a result that tells log_likelihood needs log_prior too "
+            "(a number, or -inf outside the support)",
+            field=f"results.{i}.log_prior",
+        )
+    log_prior = float(result.log_prior)  # type: ignore[arg-type]
+    if log_prior == -math.inf:
+        value = -math.inf
+    elif result.log_likelihood is None:
+        raise Invalid(
+            f"results[{i}].log_likelihood: a result that tells log_prior needs log_likelihood "
+            "too (a finite number; tell log_prior -inf outside the support)",
+            field=f"results.{i}.log_likelihood",
+        )
+    else:
+        value = meta.prior_power * log_prior + float(result.log_likelihood)
+        if not math.isfinite(value):
+            raise Invalid(
+                f"results[{i}].log_likelihood: prior_power * log_prior + log_likelihood is "
+                "beyond the float range",
+                field=f"results.{i}.log_likelihood",
+            )
+    if "log_density" in result.model_fields_set:
+        told = result.log_density
+        if not (told == value or abs(told - value) <= 1e-9 * max(1.0, abs(value))):
+            raise Invalid(
+                f"results[{i}].log_density: {told!r} is not prior_power * log_prior + "
+                f"log_likelihood = {value!r}; tell both parts, or leave log_density out",
+                field=f"results.{i}.log_density",
+            )
+    return value
 
 
 def _value(meta: SessionMeta, i: int, result: Result) -> tuple[float, Parts | None]:
     """The told value, and the target's parts for a sampler told them (``sgld``, whose
     value is the estimate ``log_prior + (N / n) log_likelihood``, and which ignores a
-    told ``log_density``). Every other sampler needs ``log_density``."""
+    told ``log_density``). Every other sampler takes ``log_density``, or
+    ``prior_power * log_prior + log_likelihood`` from a result told in parts."""
     if not meta.sampler.evaluation.parts:
+        if _in_parts(result):
+            return _sum_of_parts(meta, i, result), None
         if "log_density" not in result.model_fields_set:
             raise Invalid(
-                f"results[{i}].log_density: Field required (the log density at the point)",
+                f"results[{i}].log_density: Field required (the log density at the point, "
+                "or log_prior and log_likelihood)",
                 field=f"results.{i}.log_density",
             )
         return result.log_density, None
@@ -170,50 +241,46 @@ def _value(meta: SessionMeta, i: int, result: Result) -> tuple[float, Parts | No
     return value, parts
 
 
-#: The types of a told gradient's entries as JSON gives them (not ``bool``).
-_NUMBER_TYPES = frozenset((float, int))
+def _gradient(meta: SessionMeta, i: int, result: Result, value: float) -> FloatArray | None:
+    """The told gradient of the value ``value`` as an array, for a sampler that needs one
+    (``None`` for the others, which ignore it); at ``-inf``, where it is not used, it may
+    be left out, and the sampler is given NaNs.
 
-
-def _gradient(meta: SessionMeta, i: int, result: Result) -> FloatArray | None:
-    """The told gradient as an array, for a sampler that needs one (``None`` for the
-    others, which ignore it); at ``-inf``, where it is not used, it may be left out, and
-    the sampler is given NaNs."""
+    A result told in parts may give the gradients apart too: then ``gradient`` is the log
+    likelihood's and ``prior_gradient`` the log prior's, and the sampler is given
+    ``prior_power * prior_gradient + gradient``; without ``prior_gradient``, ``gradient``
+    is the whole value's (then ``prior_power`` must be 1)."""
     if not meta.sampler.evaluation.gradient:
         return None
-    field = f"results.{i}.gradient"
-    values = result.gradient
-    finite_density = math.isfinite(result.log_density)
-    if values is None:
-        if not finite_density:  # not used: the point is rejected
-            return _UNUSED.setdefault(meta.dim, _nan(meta.dim))
-        raise Invalid(
-            f"results[{i}].gradient: {meta.algorithm} needs the gradient of the log density "
-            f"at every point: a list of {meta.dim} numbers",
-            field=field,
-        )
-    if len(values) != meta.dim:
-        raise Invalid(
-            f"results[{i}].gradient must have {meta.dim} values, not {len(values)}", field=field
-        )
-    if not _NUMBER_TYPES.issuperset(map(type, values)):  # one pass in C; then find it
-        for j, v in enumerate(values):
-            if isinstance(v, bool) or not isinstance(v, int | float):
-                raise Invalid(
-                    f"results[{i}].gradient[{j}] must be a number", field=f"{field}.{j}"
-                )
-    try:
-        gradient = np.array(values, dtype=np.float64)
-    except OverflowError:  # an integer beyond the float range
-        raise Invalid(f"results[{i}].gradient must be finite", field=field) from None
-    if not finite_density:
+    if not math.isfinite(value):  # not used: the point is rejected
         return _UNUSED.setdefault(meta.dim, _nan(meta.dim))
-    bad = np.flatnonzero(~np.isfinite(gradient))
-    if bad.size:
+    _required(
+        meta,
+        i,
+        result,
+        "gradient",
+        f"the gradient of the log density: a list of {meta.dim} numbers",
+    )
+    assert result.gradient is not None
+    gradient = _vector(meta, i, "gradient", result.gradient)
+    if result.prior_gradient is not None and _in_parts(result):
+        prior = _vector(meta, i, "prior_gradient", result.prior_gradient)
+        total = meta.prior_power * prior + gradient
+        if not np.all(np.isfinite(total)):
+            raise Invalid(
+                f"results[{i}].gradient: prior_power * prior_gradient + gradient is beyond "
+                "the float range",
+                field=f"results.{i}.gradient",
+            )
+        total.flags.writeable = False
+        return total
+    if meta.prior_power != 1.0 and _in_parts(result):
         raise Invalid(
-            f"results[{i}].gradient[{bad[0]}] must be finite where the log density is",
-            field=f"{field}.{bad[0]}",
+            f"results[{i}].prior_gradient: with prior_power {meta.prior_power!r}, a result "
+            "told in parts needs the log prior's gradient apart (gradient is then the log "
+            "likelihood's)",
+            field=f"results.{i}.prior_gradient",
         )
-    gradient.flags.writeable = False
     return gradient
 
 
@@ -238,5 +305,5 @@ def parse(meta: SessionMeta, results: Sequence[Result]) -> list[Told]:
                 f"values (results[{first}] too); nothing was applied",
                 ids=[result.id],
             )
-        told.append(Told(i, pid, value, _gradient(meta, i, result), parts))
+        told.append(Told(i, pid, value, _gradient(meta, i, result, value), parts))
     return told

@@ -33,9 +33,11 @@ __all__ = [
     "MAX_SKEWNESS",
     "Combined",
     "ConsensusError",
+    "ShardWarning",
     "combine",
     "gaussian_product",
     "shape_departures",
+    "shard_warnings",
     "weighted_average",
 ]
 
@@ -162,4 +164,51 @@ def shape_departures(draws: FloatArray) -> list[tuple[int, float, float]]:
         skew, kurt = float(np.mean(z**3)), float(np.mean(z**4) - 3.0)
         if abs(skew) > MAX_SKEWNESS or abs(kurt) > MAX_EXCESS_KURTOSIS:
             out.append((k, skew, kurt))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class ShardWarning:
+    """Why a consensus may be wrong, from one shard: ``code`` ``"shard_warnings"`` (the
+    shard's own diagnostics warn) or ``"non_gaussian"`` (one of its marginals, named by
+    ``parameter``, is skewed or heavy-tailed)."""
+
+    code: str
+    shard: int
+    message: str
+    parameter: str | None = None
+
+
+def shard_warnings(
+    shards: Sequence[FloatArray],
+    param_names: Sequence[str],
+    own: Sequence[Sequence[str]],
+) -> list[ShardWarning]:
+    """The warnings of a consensus over ``shards`` (each ``(draws, dim)``), ``own[j]``
+    the codes of shard ``j``'s own convergence warnings."""
+    out = []
+    for j, (draws, codes) in enumerate(zip(shards, own, strict=True)):
+        if codes:
+            out.append(
+                ShardWarning(
+                    "shard_warnings",
+                    j,
+                    f"shard {j} warns ({', '.join(sorted(set(codes)))}): its draws may not "
+                    "be its subposterior's, and the consensus inherits that",
+                )
+            )
+        if np.shape(draws)[0] < 3:
+            continue
+        for k, skew, kurt in shape_departures(draws):
+            name = param_names[k]
+            out.append(
+                ShardWarning(
+                    "non_gaussian",
+                    j,
+                    f"shard {j}: {name}'s subposterior is not Gaussian (skewness {skew:.2f}, "
+                    f"excess kurtosis {kurt:.2f}); consensus is exact only for Gaussian "
+                    "subposteriors, and is biased here by an amount no diagnostic bounds",
+                    name,
+                )
+            )
     return out

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     )
     from kameleon.result import Result
     from kameleon.sampling import sample
+    from kameleon.shards import consensus
 
 _LAZY = {
     "AsyncClient": "kameleon.client",
@@ -44,6 +45,7 @@ _LAZY = {
     "Interrupted": "kameleon.core.run",
     "Result": "kameleon.result",
     "SamplingWarning": "kameleon.core.checks",
+    "consensus": "kameleon.shards",
     "sample": "kameleon.sampling",
     **dict.fromkeys(
         (
@@ -77,6 +79,7 @@ __all__ = [
     "Unauthorized",
     "Unavailable",
     "__version__",
+    "consensus",
     "sample",
 ]
 

@@ -28,6 +28,7 @@ from kameleon._protocol import (
 from kameleon.errors import error_from_response
 from kameleon.models import (
     ChainSummary,
+    Consensus,
     Diagnostics,
     Draws,
     Health,
@@ -244,6 +245,19 @@ class AsyncClient(_Protocol):
         if format == "json":
             return Draws.from_pages(docs)
         return _join_npy(arrays, await self.get_session(session_id), chain)
+
+    async def consensus(
+        self,
+        session_ids: Sequence[str],
+        *,
+        method: Literal["weighted", "gaussian"] = "weighted",
+        draws: int | None = None,
+        seed: int = 0,
+    ) -> Consensus:
+        """See :meth:`kameleon.Client.consensus`."""
+        body = _drop_none(sessions=list(session_ids), method=method, draws=draws, seed=seed)
+        doc = await self._json(_Call("POST", "consensus", body))
+        return Consensus.from_json(doc)
 
     async def diagnostics(self, session_id: str) -> Diagnostics:
         doc = await self._json(_Call("GET", f"sessions/{session_id}/diagnostics"))

@@ -43,6 +43,7 @@ from kameleon.aio import AsyncClient
 from kameleon.errors import error_from_response
 from kameleon.models import (
     ChainSummary,
+    Consensus,
     Diagnostics,
     Draws,
     Health,
@@ -303,6 +304,24 @@ class Client(_Protocol):
         if format == "json":
             return Draws.from_pages(docs)
         return _join_npy(arrays, self.get_session(session_id), chain)
+
+    def consensus(
+        self,
+        session_ids: Sequence[str],
+        *,
+        method: Literal["weighted", "gaussian"] = "weighted",
+        draws: int | None = None,
+        seed: int = 0,
+    ) -> Consensus:
+        """Consensus Monte Carlo: the sessions ``session_ids`` each sampled the
+        subposterior of one shard of a data set (its prior raised to ``1/J``, by the
+        session's ``prior_power`` or by the client); their post-warm-up draws combined into
+        draws of the full posterior by ``method`` (``"weighted"``: Scott et al.'s
+        precision-weighted average; ``"gaussian"``: the product of the shards' Gaussian
+        approximations). Exact for Gaussian subposteriors; see ``warnings``."""
+        body = _drop_none(sessions=list(session_ids), method=method, draws=draws, seed=seed)
+        doc = self._json(_Call("POST", "consensus", body))
+        return Consensus.from_json(doc)
 
     def diagnostics(self, session_id: str) -> Diagnostics:
         """Diagnostics and warnings of the post-warm-up draws."""

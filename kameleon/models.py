@@ -18,6 +18,7 @@ import numpy.typing as npt
 __all__ = [
     "ChainDiagnostics",
     "ChainSummary",
+    "Consensus",
     "Diagnostics",
     "Draws",
     "Finding",
@@ -418,3 +419,50 @@ class Draws:
             if all(len(by_chain.get(c, [])) >= common for c in order)
         }
         return cls(names, draws, log_density, iterations, order, accepted, stats)
+
+
+@dataclass(frozen=True, eq=False)
+class Consensus:
+    """Consensus Monte Carlo's answer (``POST /v1/consensus``, or
+    :func:`kameleon.consensus` in process).
+
+    Attributes
+    ----------
+    method
+        ``"weighted"`` or ``"gaussian"``.
+    draws
+        Consensus draws of the full posterior, shape ``(draws, dim)``.
+    mean, sd, covariance
+        The combined mean, standard deviations and covariance.
+    param_names
+        One name per dimension.
+    shard_draws
+        The draws of each shard used.
+    warnings
+        ``(code, message)`` pairs: ``shard_warnings`` (a shard's own diagnostics warn),
+        ``non_gaussian`` (a shard's marginal is skewed or heavy-tailed: consensus is
+        exact only for Gaussian subposteriors).
+    """
+
+    method: str
+    draws: np.ndarray
+    mean: np.ndarray
+    sd: np.ndarray
+    covariance: np.ndarray
+    param_names: list[str]
+    shard_draws: list[int]
+    warnings: list[tuple[str, str]] = field(default_factory=list)
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> Consensus:
+        dim = len(doc["param_names"])
+        return cls(
+            method=str(doc["method"]),
+            draws=np.asarray(doc["draws"], dtype=float).reshape(-1, dim),
+            mean=np.asarray(doc["mean"], dtype=float),
+            sd=np.asarray(doc["sd"], dtype=float),
+            covariance=np.asarray(doc["covariance"], dtype=float).reshape(dim, dim),
+            param_names=[str(n) for n in doc["param_names"]],
+            shard_draws=[int(s["draws"]) for s in doc["shards"]],
+            warnings=[(str(w["code"]), str(w["message"])) for w in doc.get("warnings") or []],
+        )

@@ -18,7 +18,15 @@ from kameleon.service.config import Settings
 from kameleon.service.limits import BodySizeLimit
 from kameleon.service.observability import JsonFormatter, Metrics, RequestMetrics
 from kameleon.service.option_schemas import document_options
-from kameleon.service.routes import draws, health, operation_id, sampling, sessions, ui
+from kameleon.service.routes import (
+    consensus,
+    draws,
+    health,
+    operation_id,
+    sampling,
+    sessions,
+    ui,
+)
 from kameleon.service.sessions import SessionService
 from kameleon.service.store.backends import build_store
 from kameleon.service.store.base import Store
@@ -116,6 +124,7 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
     app.include_router(sessions.router, prefix="/v1")
     app.include_router(sampling.router, prefix="/v1")
     app.include_router(draws.router, prefix="/v1")
+    app.include_router(consensus.router, prefix="/v1")
     if settings.metrics:
         app.include_router(health.metrics_router)
     ui.install(app)

@@ -17,6 +17,12 @@ from kameleon.service.reports import (
     Trace,
     WarningOut,
 )
+from kameleon.service.schemas.consensus import (
+    ConsensusRequest,
+    ConsensusResponse,
+    ConsensusShard,
+    ConsensusWarning,
+)
 from kameleon.service.schemas.sampling import (
     AskRequest,
     AskResponse,
@@ -48,6 +54,10 @@ __all__ = [
     "AskRequest",
     "AskResponse",
     "ChainSummary",
+    "ConsensusRequest",
+    "ConsensusResponse",
+    "ConsensusShard",
+    "ConsensusWarning",
     "Diagnostics",
     "DrawsChain",
     "DrawsPage",

@@ -8,6 +8,8 @@
   :mod:`.leases` renews leases or hands them back; :mod:`.told` parses told results.
 - :mod:`.draws`: the draw row layout and reading draws; :mod:`.diagnostics`:
   diagnostics, warnings and the stopping rule.
+- :mod:`.consensus`: consensus Monte Carlo, draws combined from sessions that each
+  sampled one shard of a data set.
 
 :class:`SessionService` is what the routes call. The use cases raise their own errors
 (:mod:`.errors`); the HTTP edge maps them to answers. This package is the only place
@@ -26,6 +28,7 @@ from kameleon.service.config import Settings
 from kameleon.service.memory import Trimmer
 from kameleon.service.sessions.catalog import ATTEMPTS, Catalog, chain_summary
 from kameleon.service.sessions.chains import Chains, MetaChanged
+from kameleon.service.sessions.consensus import consensus
 from kameleon.service.sessions.diagnostics import Diagnostics
 from kameleon.service.sessions.draws import ChainSlice, DrawsQuery, read_slices
 from kameleon.service.sessions.errors import Busy, Invalid, NotFound
@@ -222,6 +225,34 @@ class SessionService:
     async def diagnostics_of(self, session_id: str, owner: str) -> dict[str, Any]:
         with self._gone(session_id):
             return await self.diagnostics.of(await self.catalog.meta(session_id, owner))
+
+    async def consensus(
+        self,
+        owner: str,
+        session_ids: Sequence[str],
+        method: str,
+        draws: int | None,
+        seed: int,
+        max_draws: int,
+    ) -> dict[str, Any]:
+        """Consensus Monte Carlo over the caller's sessions ``session_ids``
+        (:mod:`.consensus`): ``draws`` consensus draws (``None``: as many as the shard
+        with the fewest has, at most ``max_draws``)."""
+        metas = []
+        for k, session_id in enumerate(session_ids):
+            if session_ids.index(session_id) != k:
+                raise Invalid(f"sessions[{k}] repeats {session_id!r}", field=f"sessions.{k}")
+            with self._gone(session_id):
+                metas.append(await self.catalog.meta(session_id, owner))
+        ids = [m.id for m in metas]
+        try:
+            return await consensus(
+                self.store, self.diagnostics, metas, method, draws, seed, max_draws
+            )
+        except SessionNotFound:
+            for session_id in ids:
+                self.catalog.forget(session_id)
+            raise NotFound("a session was deleted meanwhile") from None
 
     async def draws(
         self, meta: SessionMeta, query: DrawsQuery, page_rows: int

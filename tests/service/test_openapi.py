@@ -25,6 +25,7 @@ PROTOCOL = {
     ("get", "/v1/sessions/{session_id}/draws"),
     ("get", "/v1/sessions/{session_id}/diagnostics"),
     ("get", "/v1/sessions/{session_id}/trace"),
+    ("post", "/v1/consensus"),
     ("get", "/v1/health"),
 }
 #: Endpoints beyond the protocol's table, each documented in openapi.yaml.

@@ -897,3 +897,49 @@ def test_pseudo_marginal_is_refused_with_a_gradient_sampler(
     body = {"algorithm": "mala", "dim": 2, "pseudo_marginal": True}
     problem = assert_problem(api.post("/v1/sessions", json=body), 422)
     assert problem["field"] == "pseudo_marginal"
+
+
+def test_a_result_told_in_parts_is_worth_the_tempered_sum(api: TestClient, sessions: Any) -> None:
+    """The told value is then `prior_power * log_prior + log_likelihood` ... `log_density`
+    may be left out; if it is given too it must equal that value (to a relative 1e-9),
+    or the result is refused (422 naming `results.N.log_density`)."""
+    sid = sessions(chains=1, prior_power=0.5)["id"]
+    (init,) = ask(api, sid)
+    wrong = {"id": init["id"], "log_prior": -2.0, "log_likelihood": -1.0, "log_density": -3.0}
+    response = api.post(f"/v1/sessions/{sid}/tell", json={"results": [wrong]})
+    assert response.status_code == 422
+    assert response.json()["field"] == "results.0.log_density"
+    right = {"id": init["id"], "log_prior": -2.0, "log_likelihood": -1.0}
+    assert tell(api, sid, right)["results"][0]["outcome"] == "initialized"
+    whole = {"id": init["id"], "log_density": 0.5 * -2.0 + -1.0}
+    assert tell(api, sid, whole)["results"][0]["outcome"] == "duplicate"
+
+
+def test_both_parts_or_neither(api: TestClient, sessions: Any) -> None:
+    """Both parts, or neither: one without the other is refused (422 naming the missing
+    one)."""
+    sid = sessions(chains=1)["id"]
+    (init,) = ask(api, sid)
+    for part, missing in (("log_prior", "log_likelihood"), ("log_likelihood", "log_prior")):
+        response = api.post(
+            f"/v1/sessions/{sid}/tell", json={"results": [{"id": init["id"], part: -1.0}]}
+        )
+        assert response.status_code == 422
+        assert response.json()["field"] == f"results.0.{missing}"
+
+
+def test_consensus_needs_two_sessions_of_one_shape(api: TestClient, sessions: Any) -> None:
+    """422 naming `sessions` for fewer than 2 sessions ...; `sessions.K` for a session
+    repeated, or one whose `dim` or `param_names` differ from the first's; 404 for a
+    session that does not exist."""
+    a, b = sessions()["id"], sessions(dim=3)["id"]
+
+    def refused(ids: list[str]) -> list[str]:
+        response = api.post("/v1/consensus", json={"sessions": ids})
+        assert response.status_code == 422, response.text
+        return [e["field"] for e in response.json()["errors"]]
+
+    assert refused([a]) == ["sessions"]
+    assert refused([a, a]) == ["sessions.1"]
+    assert refused([a, b]) == ["sessions.1"]
+    assert api.post("/v1/consensus", json={"sessions": [a, "f" * 24]}).status_code == 404

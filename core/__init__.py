@@ -9,7 +9,18 @@ from __future__ import annotations
 from typing import Any
 
 from kameleon.core.base import Sampler
-from kameleon.core.samplers import am, hmc, kameleon, kmc_finite, kmc_lite, mala, nuts, rwm, sgld
+from kameleon.core.samplers import (
+    am,
+    hmc,
+    importance,
+    kameleon,
+    kmc_finite,
+    kmc_lite,
+    mala,
+    nuts,
+    rwm,
+    sgld,
+)
 
 __all__ = ["DEFAULT_ALGORITHM", "SAMPLERS"]
 
@@ -25,6 +36,7 @@ SAMPLERS: dict[str, Sampler[Any, Any]] = {
         hmc.SAMPLER,
         nuts.SAMPLER,
         sgld.SAMPLER,
+        importance.SAMPLER,
     )
 }
 

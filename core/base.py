@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, Protocol, TypeVar
 
@@ -330,6 +330,14 @@ class Sampler(Generic[S, P]):
     parts_value
         ``parts_value(params, parts)``: the value that told parts stand for, recorded as
         the told log density (``sgld``: ``log_prior + (N / n) log_likelihood``).
+    weighted
+        Whether the draws are importance samples, each with its log weight recorded as
+        the statistic ``log_weight`` (``importance``): their diagnostics are the
+        weights' (:mod:`core.assess`), not a Markov chain's.
+    mixture_log_weights
+        ``mixture_log_weights(states, params, draws, log_density)``: for a weighted
+        sampler, the log weights of draws against the mixture of the chains'
+        proposals, from their final ``states``.
     """
 
     name: str
@@ -347,6 +355,10 @@ class Sampler(Generic[S, P]):
     parts_value: Callable[[P, Parts], float] | None = None
     stats: tuple[str, ...] = ()
     acceptance_checked: bool = True
+    weighted: bool = False
+    mixture_log_weights: Callable[[Sequence[S], P, FloatArray, FloatArray], FloatArray] | None = (
+        None
+    )
 
 
 def transition_stats(sampler: Sampler[Any, Any], state: Any) -> tuple[float, ...]:

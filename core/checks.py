@@ -138,8 +138,11 @@ CODES = (
     "chain_mean",
     "divergent",
     "low_ebfmi",
+    "pareto_k",
+    "importance_ess",
 )
-"""Every finding's code, in the order :func:`check` reports them."""
+"""Every finding's code, in the order :func:`check` reports them (the last two are
+importance sampling's, :func:`core.assess.importance_findings`)."""
 
 
 class SamplingWarning(UserWarning):
@@ -203,6 +206,9 @@ HINTS: dict[str, str] = {
     "(a non-centred form of a hierarchical model)",
     "low_ebfmi": "reparameterise (a non-centred form of a hierarchical model), or give the "
     "parameters with heavy tails a transformed scale",
+    "pareto_k": "run a longer warm-up (the proposals are fitted to it), or more chains "
+    "started apart (each finds its own part of the target)",
+    "importance_ess": "run more iterations, or a longer warm-up so that the proposals fit",
 }
 """What to try, per code: one line each."""
 

@@ -25,8 +25,9 @@ import numpy as np
 import numpy.typing as npt
 
 from kameleon.core import DEFAULT_ALGORITHM, SAMPLERS
+from kameleon.core.assess import Assessment, assess
 from kameleon.core.base import FloatArray, Sampler
-from kameleon.core.checks import SamplingWarning, StopRule, check
+from kameleon.core.checks import SamplingWarning, StopRule
 from kameleon.core.defaults import CHAINS, ITERATIONS, WARMUP
 from kameleon.core.diagnostics import summarize
 from kameleon.core.initial import DEFAULT_MAX_ATTEMPTS
@@ -250,6 +251,11 @@ def sample_chains(
         raise ValueError("chains must be positive, iterations and warmup non-negative")
     rule = StopRule.of(stop) if stop is not None else None
     sampler = SAMPLERS[algorithm]
+    if rule is not None and sampler.weighted:
+        raise ValueError(
+            f"{algorithm} draws are weighted, not chains: they have no R-hat for a "
+            "stopping rule; give iterations instead"
+        )
     starts = (
         [None] * chains
         if initial is None
@@ -304,23 +310,42 @@ def sample_chains(
                 ),
                 stacklevel=3,
             )
-        draws = _post(runners, warmup)
         if warn:
-            acceptance = [
-                float(r.accepted[warmup : r.n].mean()) if r.n > warmup else None for r in runners
-            ]
-            log_density = np.stack([r.logdensity[warmup : r.n] for r in runners])
-            divergent, energy = trajectory_stats([r.result() for r in runners], warmup)
-            for finding in check(
-                draws,
-                names,
-                acceptance if sampler.acceptance_checked else None,
-                log_density=log_density,
-                divergent=divergent,
-                energy=energy,
-            ):
+            results = [r.result() for r in runners]
+            for finding in assess_results(sampler, params, results, names, warmup).findings:
                 warnings.warn(SamplingWarning(finding), stacklevel=3)
     return [r.result() for r in runners]
+
+
+def assess_results(
+    sampler: Sampler[Any, Any],
+    params: Any,
+    results: Sequence[ChainResult],
+    names: Sequence[str],
+    warmup: int,
+) -> Assessment:
+    """:func:`core.assess.assess` of the chains' post-warm-up draws, cut to the
+    shortest chain."""
+    n = min((len(r.draws) for r in results), default=0)
+    kept = slice(warmup, max(n, warmup))
+    draws = np.stack([r.draws[kept] for r in results])
+    acceptance = [
+        float(r.accepted[kept].mean()) if r.accepted[kept].size else None for r in results
+    ]
+    stats = {
+        name: np.stack([r.stats[kept, k] for r in results])
+        for k, name in enumerate(results[0].stat_names if results else ())
+    }
+    return assess(
+        sampler,
+        params,
+        draws,
+        names,
+        acceptance=acceptance,
+        log_density=np.stack([r.logdensity[kept] for r in results]),
+        stats=stats,
+        states=[r.state for r in results],
+    )
 
 
 def trajectory_stats(

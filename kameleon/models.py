@@ -21,6 +21,7 @@ __all__ = [
     "Consensus",
     "Diagnostics",
     "Draws",
+    "EvidenceSummary",
     "Finding",
     "Health",
     "ParameterDiagnostics",
@@ -316,13 +317,39 @@ class ChainDiagnostics:
 
 
 @dataclass(frozen=True, slots=True)
+class EvidenceSummary:
+    """What importance weights say (``importance``): the log evidence (the log of the
+    density's normalising constant) and its standard error, the weights' effective
+    sample size, their Pareto k (above 0.7: unreliable), over ``draws`` draws."""
+
+    log_evidence: float
+    standard_error: float
+    ess: float
+    pareto_k: float
+    draws: int
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> EvidenceSummary:
+        log_evidence = doc.get("log_evidence")
+        return cls(
+            log_evidence=-math.inf if log_evidence is None else float(log_evidence),
+            standard_error=_float(doc.get("standard_error")),
+            ess=_float(doc.get("ess")),
+            pareto_k=_float(doc.get("pareto_k")),
+            draws=int(doc.get("draws", 0)),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class Diagnostics:
-    """``GET /v1/sessions/{id}/diagnostics``: per parameter and per chain, and warnings."""
+    """``GET /v1/sessions/{id}/diagnostics``: per parameter and per chain, warnings, and
+    for importance sampling the evidence."""
 
     draws: int
     parameters: list[ParameterDiagnostics]
     chains: list[ChainDiagnostics]
     warnings: list[Finding] = field(default_factory=list)
+    evidence: EvidenceSummary | None = None
 
     @property
     def max_r_hat(self) -> float:
@@ -337,6 +364,7 @@ class Diagnostics:
             parameters=[ParameterDiagnostics.from_json(p) for p in doc.get("parameters") or []],
             chains=[ChainDiagnostics.from_json(c) for c in doc.get("chains") or []],
             warnings=[Finding.from_json(w) for w in doc.get("warnings") or []],
+            evidence=(EvidenceSummary.from_json(doc["evidence"]) if doc.get("evidence") else None),
         )
 
 

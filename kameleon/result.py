@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import numpy.typing as npt
 
-from kameleon.models import Diagnostics
+from kameleon.models import Diagnostics, EvidenceSummary
 
 if TYPE_CHECKING:
     from kameleon.core.checks import Finding
@@ -147,7 +147,20 @@ class Result:
                 f"{p.name[:15]:<16}{p.mean:>11.4g}{p.sd:>11.4g}{p.mcse_mean:>10.3g}"
                 f"{p.ess_bulk:>10.0f}{p.ess_tail:>10.0f}{p.r_hat:>8.4f}"
             )
+        ev = self.evidence
+        if ev is not None:
+            lines.append(
+                f"log evidence {ev.log_evidence:.4f} +- {ev.standard_error:.4f} "
+                f"(importance ESS {ev.ess:.0f} of {ev.draws} draws, Pareto k {ev.pareto_k:.2f})"
+            )
         return "\n".join(lines + self.warning_lines())
+
+    @property
+    def evidence(self) -> EvidenceSummary | None:
+        """For importance sampling (``algorithm="importance"``), the log evidence and its
+        standard error, the weights' ESS and Pareto k; ``None`` for a Markov chain.
+        The weighted draws' own log weights are ``sample_stats["log_weight"]``."""
+        return self.diagnostics.evidence
 
     def warning_lines(self) -> list[str]:
         """The warnings grouped: one line per kind naming the parameters and chains it

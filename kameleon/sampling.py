@@ -21,13 +21,14 @@ import numpy as np
 import numpy.typing as npt
 
 from kameleon.core import DEFAULT_ALGORITHM, SAMPLERS
-from kameleon.core.checks import SamplingWarning, StopRule, check, group
+from kameleon.core.checks import SamplingWarning, StopRule, group
 from kameleon.core.defaults import CHAINS, ITERATIONS, WARMUP
-from kameleon.core.diagnostics import ParameterSummary, summarize
+from kameleon.core.diagnostics import ParameterSummary
+from kameleon.core.evidence import Evidence
 from kameleon.core.initial import DEFAULT_MAX_ATTEMPTS
-from kameleon.core.run import sample_chains, trajectory_stats
+from kameleon.core.run import assess_results, sample_chains
 from kameleon.core.runner import EvaluateMany
-from kameleon.models import ChainDiagnostics, Diagnostics, ParameterDiagnostics
+from kameleon.models import ChainDiagnostics, Diagnostics, EvidenceSummary, ParameterDiagnostics
 from kameleon.result import Result
 
 __all__ = ["sample"]
@@ -338,19 +339,11 @@ def _in_process(
     acceptance = np.array(
         [float(c.accepted[kept].mean()) if c.accepted[kept].size else math.nan for c in chains]
     )
-    summaries = summarize(draws, run.names) if draws.shape[1] else []
-    divergent, energy = trajectory_stats(chains, run.warmup)
-    checked = SAMPLERS[run.algorithm].acceptance_checked if run.algorithm in SAMPLERS else True
-    findings = check(
-        draws,
-        run.names,
-        [None if math.isnan(a) else float(a) for a in acceptance] if checked else None,
-        summaries=summaries,
-        log_density=log_density,
-        divergent=divergent,
-        energy=energy,
-    )
-    diagnostics = _local_diagnostics(draws, run, acceptance, summaries)
+    sampler = SAMPLERS[run.algorithm]
+    params = sampler.make_params(len(run.names), run.options, warmup=run.warmup)
+    assessment = assess_results(sampler, params, chains, run.names, run.warmup)
+    summaries, findings = assessment.summaries, assessment.findings
+    diagnostics = _local_diagnostics(draws, run, acceptance, summaries, assessment.evidence)
     bar.r_hat = diagnostics.max_r_hat
     bar.close()
     return Result(
@@ -415,6 +408,7 @@ def _local_diagnostics(
     run: _Run,
     acceptance: npt.NDArray[np.float64],
     summaries: Sequence[ParameterSummary],
+    evidence: Evidence | None,
 ) -> Diagnostics:
     n = draws.shape[1]
     parameters = [
@@ -438,4 +432,10 @@ def _local_diagnostics(
         )
         for c, a in enumerate(acceptance)
     ]
-    return Diagnostics(draws=n, parameters=parameters, chains=chains, warnings=[])
+    return Diagnostics(
+        draws=n,
+        parameters=parameters,
+        chains=chains,
+        warnings=[],
+        evidence=None if evidence is None else EvidenceSummary.from_json(evidence.as_dict()),
+    )

@@ -56,6 +56,15 @@ class WarningOut(BaseModel):
     - `chain_mean`: a chain's mean of `parameter` (rank-normalised) lies more than 5
       Monte Carlo standard errors from the other chains' (`value`, signed); judged
       only where the bulk ESS does not warn, one per chain for its worst parameter.
+    - `divergent`, `low_ebfmi`: a Hamiltonian sampler's transitions diverged after
+      warm-up, or a chain's energy Bayesian fraction of missing information is low.
+    - `pareto_k` (`importance`): the importance weights' Pareto k (`value`) is over
+      `threshold` (0.7): the weighted estimates and the evidence are unreliable.
+    - `importance_ess` (`importance`): the weights' effective sample size (`value`) is
+      under 100, or 0: no draw landed where the density is positive.
+
+    For `importance` the draws are not chains: `rhat`, `ess_*`, `acceptance_*`,
+    `stuck`, `chain_mean` and `improper` are not judged.
     """
 
     code: WarningCode = Field(description="Stable code of the problem; see above.")
@@ -150,6 +159,28 @@ class ChainDiagnostics(BaseModel):
     acceptance_rate: float | None
 
 
+class Evidence(BaseModel):
+    """What the importance weights say (`importance`), over every chain's post-warm-up
+    draws cut to a common length, each weighed against the mixture of the chains'
+    proposals."""
+
+    log_evidence: float | None = Field(
+        description="log of the mean weight: the log of the density's normalising "
+        "constant (the log evidence when the density is prior times likelihood); null "
+        "when every weight is zero."
+    )
+    standard_error: float | None = Field(
+        description="Its standard error, sd(w) / (sqrt(n) mean(w)): trusted only while "
+        "pareto_k is at most 0.7."
+    )
+    ess: float | None = Field(description="The weights' effective sample size (Kish).")
+    pareto_k: float | None = Field(
+        description="The Pareto k of the weights' tail (Vehtari et al.): under 0.5 "
+        "reliable, 0.5 to 0.7 slower, over 0.7 unreliable; null with too few draws."
+    )
+    draws: int
+
+
 class Diagnostics(BaseModel):
     draws: int = Field(
         description="Post-warm-up draws per chain used: the chains cut to a common length."
@@ -158,6 +189,12 @@ class Diagnostics(BaseModel):
     chains: list[ChainDiagnostics]
     warnings: list[WarningOut] = Field(
         description="Convergence problems found; empty when there is none."
+    )
+    evidence: Evidence | None = Field(
+        None,
+        description="`importance` only (null otherwise): the log evidence and the "
+        "weights' diagnostics. Its parameters' statistics are the weighted mean and sd, "
+        "the MCSE sd / sqrt(ess), `ess` as both ESS, and a null R-hat.",
     )
 
 

@@ -67,7 +67,7 @@ class SessionService:
         self.settings = settings
         chains = Chains(store)
         self.catalog = Catalog(store, settings, chains)
-        self.diagnostics = Diagnostics(store)
+        self.diagnostics = Diagnostics(store, chains)
         self.stepper = Stepper(store, settings, chains, self.diagnostics, self.catalog.fresh)
         self.waiting = Waiting()
         self.running = RunningCache()

@@ -14,11 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from kameleon.core.checks import check
-from kameleon.core.diagnostics import summarize
+from kameleon.core.assess import assess
 from kameleon.service.jsonio import dumps, loads
-from kameleon.service.sessions.chains import LRU
-from kameleon.service.sessions.draws import RowLayout, Rows, read_rows
+from kameleon.service.sessions.chains import LRU, Chains
+from kameleon.service.sessions.draws import RowLayout, read_rows
 from kameleon.service.sessions.meta import SessionMeta
 from kameleon.service.store.base import ChainRecord, SessionNotFound, Store, StoreUnavailable
 
@@ -28,8 +27,11 @@ __all__ = ["Diagnostics"]
 class Diagnostics:
     """Diagnostics of one store's sessions, and the stopping rule's checks."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, chains: Chains) -> None:
         self.store = store
+        #: Decodes the chains' states: importance sampling's diagnostics weigh the draws
+        #: against the chains' proposals.
+        self.chains = chains
         #: Per session, the largest multiple of ``check_every`` its stopping rule was
         #: checked at by this process.
         self._checked: LRU = LRU(10_000)
@@ -69,16 +71,32 @@ class Diagnostics:
             name: np.stack([RowLayout.stats(a[:common], meta.dim)[:, k] for a in arrays])
             for k, name in enumerate(meta.stats)
         }
-        checked = acceptance if meta.sampler.acceptance_checked else None
-        stats, found = await asyncio.to_thread(
-            _compute, draws, meta.param_names, checked, log_density, recorded
+        states = None
+        if meta.sampler.weighted:
+            states = [(await self.chains.decode(meta, r)).state for r in records]
+        assessment = await asyncio.to_thread(
+            assess,
+            meta.sampler,
+            meta.params,
+            draws,
+            meta.param_names,
+            acceptance=acceptance,
+            log_density=log_density,
+            stats=recorded,
+            states=states,
         )
+        stats, found = assessment.summaries, assessment.findings
         warnings = [{k: _none_if_not_finite(v) for k, v in f.as_dict().items()} for f in found]
         doc = {
             "draws": common,
             "parameters": [{k: _none_if_not_finite(v) for k, v in p.items()} for p in stats],
             "chains": chains,
             "warnings": warnings,
+            "evidence": (
+                None
+                if assessment.evidence is None
+                else {k: _none_if_not_finite(v) for k, v in assessment.evidence.as_dict().items()}
+            ),
         }
         await self.store.save_diagnostics(
             meta.id,
@@ -120,29 +138,6 @@ def crossed(meta: SessionMeta, iteration: int) -> int:
         return 0
     post = iteration - meta.warmup
     return post if post > 0 and post % meta.stop.check_every == 0 else 0
-
-
-def _compute(
-    draws: Rows,
-    names: Sequence[str],
-    acceptance: Sequence[float | None] | None,
-    log_density: Rows,
-    recorded: dict[str, Rows],
-) -> tuple[list[Any], list[Any]]:
-    """Per-parameter statistics and the warnings of ``draws``, shape (chains, draws, dim),
-    with the log density at each and the sampler's recorded statistics, shape (chains,
-    draws)."""
-    stats = summarize(draws, names)
-    found = check(
-        draws,
-        names,
-        acceptance,
-        summaries=stats,
-        log_density=log_density,
-        divergent=recorded.get("diverging"),
-        energy=recorded.get("energy"),
-    )
-    return list(stats), found
 
 
 def _statistics(parameter: dict[str, Any]) -> Any:

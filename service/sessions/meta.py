@@ -193,6 +193,12 @@ def new_meta(body: SessionCreate, owner: str, settings: Settings) -> SessionMeta
             field="pseudo_marginal",
         )
     stop = None
+    if body.stop is not None and sampler.weighted:
+        raise Invalid(
+            f"{body.algorithm} draws are weighted, not chains: they have no R-hat for a "
+            "stopping rule; give max_iterations instead",
+            field="stop",
+        )
     if body.stop is not None:
         try:
             stop = StopRule(body.stop.rhat, body.stop.ess, body.stop.check_every)

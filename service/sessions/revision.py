@@ -72,6 +72,12 @@ def revised(
         new = dataclasses.replace(new, max_iterations=end)
     if "stop" in changes:
         rule = changes["stop"]
+        if rule is not None and meta.sampler.weighted:
+            raise Invalid(
+                f"{meta.algorithm} draws are weighted, not chains: they have no R-hat for a "
+                "stopping rule",
+                field="stop",
+            )
         try:
             stop = None if rule is None else StopRule(rule.rhat, rule.ess, rule.check_every)
         except ValueError as exc:

@@ -1,0 +1,309 @@
+"""Importance sampling with a proposal learnt by adaptive Metropolis: each chain runs
+``am`` through warm-up, then draws independent points from a Student-t (or Gaussian)
+fitted to its last warm-up window, and weighs them.
+
+Warm-up is ``am``'s, to the bit (its options, its windows): the chain finds the typical
+set and learns its mean and covariance. At the end of warm-up the chain fixes its
+proposal ``q = t_nu(m, c S)``: ``m`` and ``S`` the mean and covariance of the states of
+``am``'s last warm-up window, ``c = inflation (nu - 2) / nu`` (the Student-t's covariance
+is then ``inflation S``; wider tails than the target's keep the weights bounded).
+
+After warm-up every transition draws ``x ~ q`` from the iteration's proposal stream, the
+client tells ``log p(x)``, and the draw is ``x`` with the log weight
+``log w = log p(x) - log q(x)`` (the per-draw statistic ``log_weight``; ``-inf`` where
+``p`` is 0). Nothing is accepted or rejected, and with C chains one ask of C points is
+one round of C independent particles. The post-warm-up draws are plain importance
+samples: ``mean(w)`` estimates the normalising constant of ``p`` without bias (the
+evidence, when ``p`` is prior times likelihood), and weighted averages estimate
+expectations (:mod:`core.evidence`). Across chains the draws are weighed against the
+mixture of every chain's proposal (:func:`mixture_log_weights`): chains that found
+different modes together cover them all.
+
+Arithmetic: the draws use :mod:`core.arithmetic` and integer-degree chi-squared draws
+(sums of squared normals), so that the same seed gives the same draws on every machine.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+
+from kameleon.core.adaptation import usable_covariance
+from kameleon.core.arithmetic import dot, exp1, matvec
+from kameleon.core.base import (
+    ChainState,
+    FloatArray,
+    OptionError,
+    Proposal,
+    Sampler,
+    StepInfo,
+    check_tell,
+    frozen_array,
+    new_chain_fields,
+    params_parser,
+)
+from kameleon.core.linalg import jittered_cholesky
+from kameleon.core.rng import Stream, generator
+from kameleon.core.samplers import am
+from kameleon.core.serialization import register
+
+__all__ = [
+    "NAME",
+    "SAMPLER",
+    "Params",
+    "State",
+    "ask",
+    "chain_floats",
+    "init",
+    "log_proposal",
+    "make_params",
+    "mixture_log_weights",
+    "tell",
+]
+
+NAME = "importance"
+
+
+@dataclass(frozen=True, slots=True)
+class Params:
+    """Options of importance sampling.
+
+    Attributes
+    ----------
+    proposal
+        ``"student_t"`` (default) or ``"gaussian"``.
+    dof
+        The Student-t's degrees of freedom (default 5; an integer from 1 to 1000).
+    inflation
+        The proposal's covariance over the target's estimate (default 1.5; at least 1).
+    initial_scale, adapt_start, nugget, target_acceptance, windows
+        The warm-up's ``am`` options (see ``am``).
+    """
+
+    dim: int
+    warmup: int
+    proposal: Literal["student_t", "gaussian"] = "student_t"
+    dof: int = 5
+    inflation: float = 1.5
+    initial_scale: float = 1.0
+    adapt_start: int | None = None
+    nugget: float = 1e-6
+    target_acceptance: float = 0.234
+    windows: bool = True
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.dof <= 1000:
+            raise OptionError("dof", "must be an integer from 1 to 1000")
+        if not (math.isfinite(self.inflation) and self.inflation >= 1):
+            raise OptionError("inflation", "must be at least 1")
+        self.walker  # checks the am options  # noqa: B018
+
+    @property
+    def walker(self) -> am.Params:
+        """The warm-up's ``am`` options."""
+        return _walker_params(self)
+
+
+@functools.lru_cache(maxsize=1024)
+def _walker_params(params: Params) -> am.Params:
+    return am.Params(
+        dim=params.dim,
+        warmup=params.warmup,
+        initial_scale=params.initial_scale,
+        adapt_start=params.adapt_start,
+        nugget=params.nugget,
+        target_acceptance=params.target_acceptance,
+        windows=params.windows,
+    )
+
+
+@register("importance.State")
+@dataclass(frozen=True, slots=True)
+class State(ChainState):
+    """An importance sampling chain: its common fields are the last draw's.
+
+    Attributes
+    ----------
+    walker
+        The warm-up's ``am`` chain (unchanged after warm-up).
+    mean, chol
+        The proposal's centre and the Cholesky factor of its scale matrix (fixed at the
+        end of warm-up; before, the first proposal's).
+    log_weight
+        The last draw's log weight (NaN during warm-up).
+    """
+
+    COLD_FIELDS: ClassVar[tuple[str, ...]] = ("walker", "chol")
+
+    walker: am.State
+    mean: FloatArray
+    chol: FloatArray
+    log_weight: float
+
+
+make_params = params_parser(Params)
+
+
+def init(position: Any, params: Params, *, seed: int, chain: int) -> State:
+    walker = am.init(position, params.walker, seed=seed, chain=chain)
+    d = walker.position.size
+    return State(
+        **new_chain_fields(position, seed=seed, chain=chain),
+        walker=walker,
+        mean=walker.position,
+        chol=frozen_array(np.eye(d)),
+        log_weight=math.nan,
+    )
+
+
+def _nu(params: Params) -> float:
+    return math.inf if params.proposal == "gaussian" else float(params.dof)
+
+
+def ask(state: State, params: Params) -> Proposal:
+    if state.logdensity is None or state.iteration < params.warmup:
+        return am.ask(state.walker, params.walker)
+    t = state.iteration + 1
+    rng = generator(state.seed, state.chain, t, Stream.PROPOSE)
+    z = rng.standard_normal(params.dim)
+    step = matvec(state.chol, z)
+    if params.proposal == "student_t":
+        g = rng.standard_normal(params.dof)
+        chi2 = dot(g, g)  # integer degrees: no special function, the same bits everywhere
+        # x = mean + L z / sqrt(chi2 / nu); a chi-squared of 0 has probability 0.
+        step = step * (math.sqrt(params.dof) / math.sqrt(max(chi2, 1e-300)))
+    return Proposal(t, "proposal", frozen_array(state.mean + step))
+
+
+def log_proposal(state: State, params: Params, x: FloatArray) -> float:
+    """``log q(x)``, the chain's proposal's log density at ``x``. (Only reported, in the
+    draws' log weights: nothing the chain draws depends on it.)"""
+    return float(_log_proposals(state, params, np.asarray(x)[None, :])[0])
+
+
+def tell(
+    state: State, params: Params, proposal: Proposal, logdensity: float
+) -> tuple[State, StepInfo]:
+    if state.logdensity is None or state.iteration < params.warmup:
+        walker, info = am.tell(state.walker, params.walker, proposal, logdensity)
+        new = state.evolve(
+            walker=walker,
+            position=walker.position,
+            logdensity=walker.logdensity,
+            iteration=walker.iteration,
+            accepted=walker.accepted,
+        )
+        if walker.logdensity is not None and walker.iteration == params.warmup:
+            new = _fix_proposal(new, params)  # warm-up is over (at once, without one)
+        return new, info
+    check_tell(state, proposal, logdensity)
+    t = proposal.iteration
+    x = proposal.position
+    log_w = -math.inf if logdensity == -math.inf else logdensity - log_proposal(state, params, x)
+    new = state.evolve(
+        position=x,
+        logdensity=float(logdensity),
+        iteration=t,
+        accepted=state.accepted + (log_w != -math.inf),
+        log_weight=log_w,
+    )
+    outcome: Literal["accepted", "rejected"] = "accepted" if log_w != -math.inf else "rejected"
+    return new, StepInfo(t, outcome, 1.0, False)
+
+
+def _fix_proposal(state: State, params: Params) -> State:
+    """The proposal from the warm-up's last window: its states' mean and covariance
+    (``am``'s proposal covariance without its scale, where the window is too short)."""
+    walker = state.walker
+    moments = walker.moments
+    d = params.dim
+    if moments.count >= 2:
+        mean = np.asarray(moments.mean)
+        cov = moments.covariance()
+    else:
+        mean = np.asarray(walker.position)
+        cov = np.full((d, d), math.nan)
+    if not usable_covariance(cov):
+        walker_params = params.walker
+        cov = am.proposal_covariance(walker, walker_params, estimate=False) / (
+            exp1(walker.log_lambda) * 2.38 * 2.38 / d
+        )
+    cov = 0.5 * (cov + cov.T)
+    nu = _nu(params)
+    factor = params.inflation * ((nu - 2) / nu if nu > 2 else 1.0)
+    try:
+        chol = jittered_cholesky(factor * cov)
+    except np.linalg.LinAlgError:
+        chol = frozen_array(np.eye(d) * params.initial_scale)
+    fixed: State = state.evolve(mean=frozen_array(mean), chol=frozen_array(chol))
+    return fixed
+
+
+def mixture_log_weights(
+    states: Sequence[State], params: Params, draws: FloatArray, log_density: FloatArray
+) -> FloatArray:
+    """The log weights of ``draws`` (``(n, d)``, with their told ``log_density``) against
+    the mixture of the chains' proposals ``states``, each in proportion to its share of
+    the draws (``counts``): the deterministic mixture weights, whose mean estimates the
+    normalising constant without bias, and with a small variance wherever some chain's
+    proposal covers the target."""
+    x = np.asarray(draws, dtype=np.float64)
+    lp = np.asarray(log_density, dtype=np.float64)
+    per_chain = np.stack([_log_proposals(s, params, x) for s in states])
+    top = per_chain.max(axis=0)
+    log_mix = top + np.log(np.mean(np.exp(per_chain - top), axis=0))
+    with np.errstate(invalid="ignore"):
+        out = np.where(lp == -math.inf, -math.inf, lp - log_mix)
+    return np.asarray(out, dtype=np.float64)
+
+
+def _log_proposals(state: State, params: Params, x: FloatArray) -> FloatArray:
+    """``log q(x)`` of one chain's proposal at each row of ``x`` (vectorised)."""
+    d = params.dim
+    u = np.linalg.solve(np.asarray(state.chol), (x - state.mean).T).T
+    delta2 = np.sum(u * u, axis=1)
+    log_det = float(np.sum(np.log(np.diagonal(state.chol))))
+    if params.proposal == "gaussian":
+        return np.asarray(-0.5 * delta2 - log_det - 0.5 * d * math.log(2 * math.pi))
+    nu = params.dof
+    return np.asarray(
+        _log_gamma_half(nu + d)
+        - _log_gamma_half(nu)
+        - 0.5 * d * math.log(nu * math.pi)
+        - log_det
+        - 0.5 * (nu + d) * np.log1p(delta2 / nu)
+    )
+
+
+@functools.lru_cache(maxsize=256)
+def _log_gamma_half(k: int) -> float:
+    """``log Gamma(k / 2)`` for a positive integer ``k``."""
+    return math.lgamma(k / 2)
+
+
+def chain_floats(dim: int, params: Params) -> int:
+    """The floats one chain keeps and works with, at most (:mod:`core.memory`): the
+    warm-up's ``am`` chain, and the proposal's mean and factor."""
+    return am.chain_floats(dim, params.walker) + 2 * dim + dim * dim + 10
+
+
+#: The sampler as the registry (:data:`core.SAMPLERS`) knows it.
+SAMPLER: Sampler[State, Params] = Sampler(
+    name=NAME,
+    Params=Params,
+    State=State,
+    make_params=make_params,
+    init=init,
+    ask=ask,
+    tell=tell,
+    chain_floats=chain_floats,
+    stats=("log_weight",),
+    acceptance_checked=False,
+    weighted=True,
+    mixture_log_weights=mixture_log_weights,
+)

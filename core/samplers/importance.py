@@ -166,7 +166,9 @@ def _nu(params: Params) -> float:
 
 
 def ask(state: State, params: Params) -> Proposal:
-    if state.logdensity is None or state.iteration < params.warmup:
+    if state.logdensity is None:
+        return Proposal(state.iteration, "init", state.position)
+    if state.iteration < params.warmup:
         return am.ask(state.walker, params.walker)
     t = state.iteration + 1
     rng = generator(state.seed, state.chain, t, Stream.PROPOSE)
@@ -190,7 +192,10 @@ def tell(
     state: State, params: Params, proposal: Proposal, logdensity: float
 ) -> tuple[State, StepInfo]:
     if state.logdensity is None or state.iteration < params.warmup:
-        walker, info = am.tell(state.walker, params.walker, proposal, logdensity)
+        walker = state.walker
+        if state.logdensity is None:  # the initial point, perhaps a new one (a reset)
+            walker = walker.evolve(position=state.position, logdensity=None, epoch=state.epoch)
+        walker, info = am.tell(walker, params.walker, proposal, logdensity)
         new = state.evolve(
             walker=walker,
             position=walker.position,

@@ -100,8 +100,9 @@ def _assert_average(
 
 @pytest.mark.parametrize("target_name", sorted(TARGETS))
 # Not sgld: without accept/reject it leaves an approximation invariant, not the target
-# (biased by design; its own accuracy test is tests/core/test_sgld.py).
-@pytest.mark.parametrize("name", sorted(set(SAMPLERS) - {"sgld"}))
+# (biased by design; its own accuracy test is tests/core/test_sgld.py). Not importance:
+# its draws are weighted, not a chain's (tests/core/test_importance.py).
+@pytest.mark.parametrize("name", sorted(set(SAMPLERS) - {"sgld", "importance"}))
 def test_moments_match_the_target(name: str, target_name: str) -> None:
     target = TARGETS[target_name]
     draws = _draws(name, target)

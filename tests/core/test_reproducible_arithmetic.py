@@ -39,6 +39,7 @@ OPTIONS: dict[str, dict[str, Any]] = {
     # A model of one datum whose log prior is the banana (tell_one below), with steps
     # large enough to move: its schedule's pow1 and its noise are on trial.
     "sgld": {"data_size": 1, "step_size": 0.5, "step_offset": 1.0},
+    "importance": {"adapt_start": 20},
 }
 DIM, WARMUP, ITERATIONS, CHAINS = 3, 200, 300, 2
 

@@ -86,6 +86,7 @@ STABLE_NAMES = {
     "nuts.State",
     "nuts.Point",
     "nuts.Trajectory",
+    "importance.State",
     "gradient_check.Check",
     "gradient_warmup.DualAveraging",
     "gradient_warmup.MetricWindow",

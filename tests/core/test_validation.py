@@ -9,7 +9,9 @@ and every sd within 10 % of the truth, or the quantiles within 4 standard errors
 warn. Gradient samplers (``mala``, ``hmc``, ``nuts``) are given the case's exact gradient with its log
 density (``Case.gradient``). The budget is small on purpose (4 chains x 1000 + 1000
 iterations): short runs are where a sampler is most often wrong, so this is where its
-warnings must work. The seed is fixed and was not chosen to pass.
+warnings must work. The seed is fixed and was not chosen to pass. ``importance`` is
+judged by its weighted estimates, and on the separated mixture (whose answer is known)
+it may be right instead of warning.
 
 ``nuts`` runs here with its trees cut at depth 6 (63 leapfrog steps): on the rotated
 Gaussian with condition number 1e12, its diagonal metric cannot straighten the target
@@ -39,7 +41,11 @@ def test_right_or_says_so(algorithm: str, target: str) -> None:
     result = run_case(
         case, algorithm, chains=4, warmup=1000, iterations=1000, seed=3, options=options
     )
-    if case.hard:
+    if case.hard and SAMPLERS[algorithm].weighted:
+        # Importance samples weighted against every chain's proposal may be right where
+        # no chain can (the separated mixture, whose answer is known): right, or warn.
+        assert result.says_so or (case.mean is not None and result.matches), result
+    elif case.hard:
         assert result.says_so, result
     else:
         assert result.right or result.says_so, result

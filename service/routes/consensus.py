@@ -17,7 +17,7 @@ router = APIRouter(tags=["draws"])
     "/consensus",
     name="consensus",
     response_model=ConsensusResponse,
-    responses=problems(404, 422),
+    responses=problems(400, 404, 422),
 )
 async def consensus(body: ConsensusRequest, sessions: SessionsDep, owner: OwnerDep) -> JSON:
     """Consensus Monte Carlo (Scott et al. 2016): each session sampled the subposterior

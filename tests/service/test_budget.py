@@ -33,6 +33,7 @@ FILLED = {
     "hmc": {"metric": "dense"},
     "nuts": {"metric": "dense"},
     "sgld": {"data_size": 100},  # required; a minibatch of 100, the default's largest
+    "importance": {},
 }
 
 
@@ -45,12 +46,13 @@ async def _stored_bytes(algorithm: str, dim: int) -> tuple[int, int]:
     sid = (await sessions.create(body, ""))["id"]
     proposals = (await sessions.ask(sid, "", 1, None))["proposals"]
     for _ in range(400):
-        results = [  # with the gradient, which a sampler without gradients ignores, and
-            # sgld's parts (a model whose log prior is the target), which the others ignore
+        results = [  # in parts, a model whose log prior is the target: the value and the
+            # gradient are the same for every sampler (a sampler without gradients
+            # ignores them; the likelihood's gradient is 0)
             TellResult(
                 id=p["id"],
                 log_density=-0.5 * sum(v * v for v in p["x"]),
-                gradient=[-v for v in p["x"]],
+                gradient=[0.0] * dim,
                 log_prior=-0.5 * sum(v * v for v in p["x"]),
                 log_likelihood=0.0,
                 prior_gradient=[-v for v in p["x"]],

@@ -23,7 +23,14 @@ from kameleon.core.checks import Finding, check
 from kameleon.core.diagnostics import ParameterSummary, summarize
 from kameleon.core.evidence import K_BAD, Evidence, evidence, summaries
 
-__all__ = ["MIN_IMPORTANCE_ESS", "Assessment", "assess", "importance_findings"]
+__all__ = [
+    "MAX_UNSEEN",
+    "MIN_IMPORTANCE_ESS",
+    "Assessment",
+    "assess",
+    "importance_findings",
+    "mode_findings",
+]
 
 #: An effective sample size of the weights below this warns (``importance_ess``).
 MIN_IMPORTANCE_ESS = 100.0
@@ -128,4 +135,33 @@ def assess(
     if n == 0:
         found.append(Finding("too_few_draws", None, None, 0.0, 1.0, "no post-warm-up draws yet"))
         return Assessment([], found, ev, log_w)
-    return Assessment(summaries(names, x, log_w), importance_findings(ev), ev, log_w)
+    found = importance_findings(ev)
+    if sampler.modes is not None:
+        found += mode_findings(sampler.modes(states), chains)
+    return Assessment(summaries(names, x, log_w), found, ev, log_w)
+
+
+#: A share of modes found by one chain only above this warns (``unseen_modes``).
+MAX_UNSEEN = 0.05
+
+
+def mode_findings(groups: Sequence[Sequence[int]], chains: int) -> list[Finding]:
+    """The ``unseen_modes`` warning: weighted draws cover only the modes some chain
+    found, and a mode that one chain alone found says that others may have been found by
+    none. Good and Turing's estimate of the mass of the modes not seen, the share of
+    chains that found a mode alone, above :data:`MAX_UNSEEN` warns."""
+    alone = sum(len(g) == 1 for g in groups)
+    if len(groups) < 2 or alone / chains <= MAX_UNSEEN:
+        return []
+    return [
+        Finding(
+            "unseen_modes",
+            None,
+            None,
+            alone / chains,
+            MAX_UNSEEN,
+            f"the chains found {len(groups)} separate modes, {alone} of them by one chain "
+            "only: modes that no chain found are likely, and the evidence and the "
+            "weighted estimates miss them",
+        )
+    ]

@@ -338,6 +338,9 @@ class Sampler(Generic[S, P]):
         ``mixture_log_weights(states, params, draws, log_density)``: for a weighted
         sampler, the log weights of draws against the mixture of the chains'
         proposals, from their final ``states``.
+    modes
+        ``modes(states)``: for a weighted sampler, the chains grouped by the mode their
+        proposals found (:func:`core.assess.mode_findings`).
     """
 
     name: str
@@ -359,6 +362,7 @@ class Sampler(Generic[S, P]):
     mixture_log_weights: Callable[[Sequence[S], P, FloatArray, FloatArray], FloatArray] | None = (
         None
     )
+    modes: Callable[[Sequence[S]], list[list[int]]] | None = None
 
 
 def transition_stats(sampler: Sampler[Any, Any], state: Any) -> tuple[float, ...]:

@@ -140,8 +140,9 @@ CODES = (
     "low_ebfmi",
     "pareto_k",
     "importance_ess",
+    "unseen_modes",
 )
-"""Every finding's code, in the order :func:`check` reports them (the last two are
+"""Every finding's code, in the order :func:`check` reports them (the last three are
 importance sampling's, :func:`core.assess.importance_findings`)."""
 
 
@@ -209,6 +210,8 @@ HINTS: dict[str, str] = {
     "pareto_k": "run a longer warm-up (the proposals are fitted to it), or more chains "
     "started apart (each finds its own part of the target)",
     "importance_ess": "run more iterations, or a longer warm-up so that the proposals fit",
+    "unseen_modes": "run many more chains started across the prior (initial_radius), so that "
+    "every mode is found by several",
 }
 """What to try, per code: one line each."""
 

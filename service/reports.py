@@ -62,6 +62,9 @@ class WarningOut(BaseModel):
       `threshold` (0.7): the weighted estimates and the evidence are unreliable.
     - `importance_ess` (`importance`): the weights' effective sample size (`value`) is
       under 100, or 0: no draw landed where the density is positive.
+    - `unseen_modes` (`importance`): the chains found separate modes, and the share of
+      chains that found one alone (`value`) is over 0.05: modes that no chain found are
+      likely, and the evidence misses them.
 
     For `importance` the draws are not chains: `rhat`, `ess_*`, `acceptance_*`,
     `stuck`, `chain_mean` and `improper` are not judged.

@@ -63,6 +63,7 @@ __all__ = [
     "log_proposal",
     "make_params",
     "mixture_log_weights",
+    "modes",
     "tell",
 ]
 
@@ -267,6 +268,36 @@ def mixture_log_weights(
     return np.asarray(out, dtype=np.float64)
 
 
+def modes(states: Sequence[State]) -> list[list[int]]:
+    """The chains grouped by the mode their proposals sit on: two chains share one when
+    either's centre lies within 3 of the other's scales (the Mahalanobis distance under
+    its scale matrix), joined transitively. Chains that found a mode no other chain did
+    stand alone."""
+    n = len(states)
+    parent = list(range(n))
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for i in range(n):
+        for j in range(i + 1, n):
+            if root(i) == root(j):
+                continue
+            near = False
+            for a, b in ((states[i], states[j]), (states[j], states[i])):
+                u = np.linalg.solve(np.asarray(a.chol), np.asarray(b.mean) - np.asarray(a.mean))
+                near |= float(np.sqrt(np.sum(u * u))) < 3.0
+            if near:
+                parent[root(j)] = root(i)
+    groups: dict[int, list[int]] = {}
+    for i in range(n):
+        groups.setdefault(root(i), []).append(i)
+    return sorted(groups.values())
+
+
 def _log_proposals(state: State, params: Params, x: FloatArray) -> FloatArray:
     """``log q(x)`` of one chain's proposal at each row of ``x`` (vectorised)."""
     d = params.dim
@@ -311,4 +342,5 @@ SAMPLER: Sampler[State, Params] = Sampler(
     acceptance_checked=False,
     weighted=True,
     mixture_log_weights=mixture_log_weights,
+    modes=modes,
 )

@@ -177,3 +177,34 @@ def test_evidence_of_known_weights() -> None:
     assert zero.log_evidence == -math.inf and zero.ess == 0.0
     with pytest.raises(ValueError):
         evidence(np.array([0.0, math.nan]))
+
+
+def test_modes_found_by_one_chain_alone_warn() -> None:
+    # Good and Turing: the share of chains that found a mode alone estimates the mass
+    # of modes that none found.
+    from kameleon.core.assess import mode_findings
+
+    assert mode_findings([[0, 1, 2, 3]], 4) == []
+    assert mode_findings([[0, 1], [2, 3]], 4) == []
+    (found,) = mode_findings([[0], [1], [2, 3]], 4)
+    assert found.code == "unseen_modes" and found.value == 0.5
+
+
+@pytest.mark.slow
+def test_the_eggbox_says_that_it_missed_modes() -> None:
+    # dynesty's eggbox: 18 modes on (0, 10 pi)^2, each narrow. 16 chains find some of
+    # them, each alone: the evidence misses the others (about 0.5 low, measured), and
+    # the run must say so rather than report a tight error bar.
+    def f(x: np.ndarray) -> float:
+        if not (np.all(x > 0) and np.all(x < 10 * math.pi)):
+            return -math.inf
+        return float((2.0 + math.cos(x[0] / 2) * math.cos(x[1] / 2)) ** 5)
+
+    starts = np.random.default_rng(1).uniform(0, 10 * math.pi, size=(16, 2))
+    results = sample_chains(
+        f, 2, algorithm="importance", chains=16, warmup=1000, iterations=200, seed=1,
+        initial=starts, warn=False,
+    )  # fmt: skip
+    params = SAMPLER.make_params(2, {}, warmup=1000)
+    a = assess_results(SAMPLER, params, results, ["x", "y"], 1000)
+    assert "unseen_modes" in {f.code for f in a.findings}, a.findings

@@ -98,8 +98,9 @@ def weighted_moments(draws: FloatArray, log_weights: FloatArray) -> tuple[FloatA
         return nan, nan
     w = np.exp(lw - lw.max())
     w /= w.sum()
-    mean = w @ x
-    var = w @ (x - mean) ** 2
+    with np.errstate(over="ignore", invalid="ignore"):  # a draw past the float range
+        mean = w @ x
+        var = w @ (x - mean) ** 2
     return mean, np.sqrt(var)
 
 

@@ -254,18 +254,27 @@ def mixture_log_weights(
     states: Sequence[State], params: Params, draws: FloatArray, log_density: FloatArray
 ) -> FloatArray:
     """The log weights of ``draws`` (``(n, d)``, with their told ``log_density``) against
-    the mixture of the chains' proposals ``states``, each in proportion to its share of
-    the draws (``counts``): the deterministic mixture weights, whose mean estimates the
+    the mixture of the chains' proposals ``states``, in equal shares (the chains draw
+    equally many): the deterministic mixture weights, whose mean estimates the
     normalising constant without bias, and with a small variance wherever some chain's
-    proposal covers the target."""
+    proposal covers the target. A draw where every proposal's density underflows (far
+    in a tail) gets the largest finite weight, which the weights' diagnostics then see,
+    rather than an infinite one."""
     x = np.asarray(draws, dtype=np.float64)
     lp = np.asarray(log_density, dtype=np.float64)
     per_chain = np.stack([_log_proposals(s, params, x) for s in states])
+    per_chain = np.where(np.isnan(per_chain), -math.inf, per_chain)  # overflowed: 0
     top = per_chain.max(axis=0)
-    log_mix = top + np.log(np.mean(np.exp(per_chain - top), axis=0))
-    with np.errstate(invalid="ignore"):
+    shift = np.where(np.isfinite(top), top, 0.0)
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        log_mix = shift + np.log(np.mean(np.exp(per_chain - shift), axis=0))
+        log_mix = np.maximum(np.nan_to_num(log_mix, nan=-math.inf), _LOG_FLOOR)
         out = np.where(lp == -math.inf, -math.inf, lp - log_mix)
     return np.asarray(out, dtype=np.float64)
+
+
+#: The least log density a proposal mixture is taken to have (:func:`mixture_log_weights`).
+_LOG_FLOOR = -1e300
 
 
 def modes(states: Sequence[State]) -> list[list[int]]:
@@ -301,8 +310,9 @@ def modes(states: Sequence[State]) -> list[list[int]]:
 def _log_proposals(state: State, params: Params, x: FloatArray) -> FloatArray:
     """``log q(x)`` of one chain's proposal at each row of ``x`` (vectorised)."""
     d = params.dim
-    u = np.linalg.solve(np.asarray(state.chol), (x - state.mean).T).T
-    delta2 = np.sum(u * u, axis=1)
+    with np.errstate(over="ignore", invalid="ignore"):  # far tails: density 0
+        u = np.linalg.solve(np.asarray(state.chol), (x - state.mean).T).T
+        delta2 = np.sum(u * u, axis=1)
     log_det = float(np.sum(np.log(np.diagonal(state.chol))))
     if params.proposal == "gaussian":
         return np.asarray(-0.5 * delta2 - log_det - 0.5 * d * math.log(2 * math.pi))

@@ -208,3 +208,29 @@ def test_the_eggbox_says_that_it_missed_modes() -> None:
     params = SAMPLER.make_params(2, {}, warmup=1000)
     a = assess_results(SAMPLER, params, results, ["x", "y"], 1000)
     assert "unseen_modes" in {f.code for f in a.findings}, a.findings
+
+
+def test_a_draw_beyond_every_proposal_weighs_the_most_not_infinitely() -> None:
+    # A draw so far in the tails that every proposal's density underflows: its weight is
+    # the largest finite one, and the assessment warns instead of failing.
+    from kameleon.core.assess import assess
+
+    f, _, _, _ = _gaussian(2, 8)
+    results = sample_chains(
+        f, 2, algorithm="importance", chains=2, warmup=200, iterations=20, seed=9, warn=False,
+        options={"proposal": "gaussian"},
+    )  # fmt: skip
+    params = SAMPLER.make_params(2, {"proposal": "gaussian"}, warmup=200)
+    states = [r.state for r in results]
+    draws = np.stack([r.draws[200:] for r in results])
+    draws[0, 0] = [1e200, -1e200]
+    log_density = np.stack([r.logdensity[200:] for r in results])
+    log_density[0, 0] = -5.0
+    lw = importance.mixture_log_weights(states, params, draws.reshape(-1, 2), log_density.ravel())
+    assert np.all(np.isfinite(lw)) and lw[0] == lw.max()
+    a = assess(
+        SAMPLER, params, draws, ["a", "b"], acceptance=None, log_density=log_density,
+        stats={}, states=states,
+    )  # fmt: skip
+    assert a.evidence is not None and math.isfinite(a.evidence.log_evidence)
+    assert "importance_ess" in {f.code for f in a.findings}

@@ -377,14 +377,17 @@ def run_case(
     if sampler.weighted:  # importance samples: every estimate is weighted
         params = sampler.make_params(case.dim, options or {}, warmup=warmup)
         names = [f"x{i}" for i in range(case.dim)]
-        log_w = assess_results(sampler, params, results, names, warmup).log_weights
-        assert log_w is not None
+        # The assessment's weighted summaries (core.evidence), and its weights for the
+        # quantiles.
+        assessment = assess_results(sampler, params, results, names, warmup)
+        log_w, evidence = assessment.log_weights, assessment.evidence
+        assert log_w is not None and evidence is not None
         w = np.exp(log_w.ravel() - log_w.max())
         w /= w.sum()
-        ess_all = np.full(case.dim, 1.0 / float(np.sum(w * w)))
-        mean = w @ flat
-        sd = np.sqrt(w @ (flat - mean) ** 2)
-        mcse = sd / np.sqrt(ess_all)
+        mean = np.array([p["mean"] for p in assessment.summaries])
+        sd = np.array([p["sd"] for p in assessment.summaries])
+        mcse = np.array([p["mcse_mean"] for p in assessment.summaries])
+        ess_all = np.full(case.dim, evidence.ess)
 
         def below_fraction(q: FloatArray) -> FloatArray:
             return np.asarray(

@@ -30,7 +30,7 @@ import math
 import types
 import typing
 from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, TypeAlias, TypeVar
 
 import numpy as np
 
@@ -50,8 +50,13 @@ __all__ = [
 SCHEMA_VERSION = 1
 T = TypeVar("T")
 _DTYPES = {"f8": np.dtype("<f8"), "i8": np.dtype("<i8")}
+_F8 = _DTYPES["f8"]
 #: Deepest nesting of a document (a state is about 4 levels deep).
 MAX_DEPTH = 32
+
+Memo: TypeAlias = dict[int, tuple[Any, Any]]
+"""Objects encoded, by ``id``: the object (kept alive, so that its ``id`` stays its own)
+and its encoding (see :func:`to_jsonable`)."""
 #: Most dimensions of an encoded array, and most elements (zero sizes aside).
 MAX_NDIM = 8
 MAX_ELEMENTS = 2**40
@@ -74,6 +79,8 @@ ALIASES: dict[str, str] = {
 }
 
 _REGISTRY: dict[str, type] = {}
+#: Each registered class's stable name and field names, by class (the encoder's lookup).
+_ENCODED: dict[type, tuple[str, tuple[str, ...]]] = {}
 _CHECKERS: dict[type, dict[str, Callable[[Any], bool]]] = {}
 
 
@@ -94,6 +101,7 @@ def register(name: str) -> Callable[[type[T]], type[T]]:
         _REGISTRY[name] = cls
         cls.__codec_name__ = name  # type: ignore[attr-defined]
         cls.__codec_fields__ = tuple(f.name for f in dataclasses.fields(cls))  # type: ignore[attr-defined]
+        _ENCODED[cls] = (name, cls.__codec_fields__)  # type: ignore[attr-defined]
         return cls
 
     return decorate
@@ -118,46 +126,74 @@ def _field_names(cls: Any) -> tuple[str, ...]:
 # --------------------------------------------------------------------------- encode
 
 
-def to_jsonable(value: Any, memo: dict[int, Any] | None = None) -> Any:
+def to_jsonable(value: Any, memo: Memo | None = None, kept: Memo | None = None) -> Any:
     """Plain JSON-able data for ``value`` (no NaN or infinity in the output).
 
     ``memo``, kept by the caller for one document, maps the ``id`` of each array and
-    dataclass already encoded to its encoding, which is given again where the same
-    object appears again (a tree's points are often one object named several times):
-    the document is the same, written once. Only for objects that stay alive and
-    unchanged while the document is built."""
+    dataclass already encoded to the object and its encoding, which is given again where
+    the same object appears again (a tree's points are often one object named several
+    times): the document is the same, written once. ``kept`` is the ``memo`` of an earlier
+    document, of a state that shares objects with this one (the state before a
+    transition): an object found there *by identity* is not encoded again. Both hold the
+    objects they name, so an ``id`` cannot stand for another object; they are only for
+    objects that never change (frozen dataclasses, read-only arrays): an array that is
+    writeable is never taken from ``kept``."""
     kind = type(value)
     if kind is float:
         return value if math.isfinite(value) else {"f": repr(value)}
     if value is None or kind is int or kind is bool or kind is str:
         return value
     if kind is np.ndarray:
-        if memo is not None and (seen := memo.get(id(value))) is not None:
-            return seen
-        code = "i8" if value.dtype.kind in "iu" else "f8"
-        data = np.ascontiguousarray(value, dtype=_DTYPES[code]).tobytes()
+        if memo is not None:
+            key = id(value)
+            if (seen := memo.get(key)) is not None:
+                return seen[1]
+            if (
+                kept is not None
+                and (seen := kept.get(key)) is not None
+                and seen[0] is value
+                and not value.flags.writeable
+            ):
+                memo[key] = seen
+                return seen[1]
+        dtype = value.dtype
+        if dtype == _F8:
+            code, data = "f8", value.tobytes()  # C order, whatever the layout
+        else:
+            code = "i8" if dtype.kind in "iu" else "f8"
+            data = np.ascontiguousarray(value, dtype=_DTYPES[code]).tobytes()
         text = binascii.b2a_base64(data, newline=False).decode("ascii")
         out: dict[str, Any] = {"a": code, "s": list(value.shape), "b": text}
         if memo is not None:
-            memo[id(value)] = out
+            memo[id(value)] = (value, out)
         return out
+    registered = _ENCODED.get(kind)
+    if registered is not None:
+        if memo is not None:
+            key = id(value)
+            if (seen := memo.get(key)) is not None:
+                return seen[1]
+            if kept is not None and (seen := kept.get(key)) is not None and seen[0] is value:
+                # A frozen dataclass: every object under it is the same as when ``kept``
+                # was written (states share what a transition did not change, and never
+                # change it), so its encoding is.
+                memo[key] = seen
+                return seen[1]
+        name, names = registered
+        doc = {"c": name, "v": {n: to_jsonable(getattr(value, n), memo, kept) for n in names}}
+        if memo is not None:
+            memo[id(value)] = (value, doc)
+        return doc
+    if kind is tuple or kind is list:
+        return {"t": [to_jsonable(v, memo, kept) for v in value]}
     if isinstance(value, np.floating):
         return to_jsonable(float(value))
     if isinstance(value, np.integer):
         return int(value)
     if isinstance(value, tuple | list):
-        return {"t": [to_jsonable(v, memo) for v in value]}
+        return {"t": [to_jsonable(v, memo, kept) for v in value]}
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        if memo is not None and (seen := memo.get(id(value))) is not None:
-            return seen
-        name = getattr(type(value), "__codec_name__", None)
-        if name is None:
-            raise TypeError(f"{type(value).__name__} is not registered with the codec")
-        fields = {n: to_jsonable(getattr(value, n), memo) for n in _field_names(type(value))}
-        doc = {"c": name, "v": fields}
-        if memo is not None:
-            memo[id(value)] = doc
-        return doc
+        raise TypeError(f"{type(value).__name__} is not registered with the codec")
     raise TypeError(f"cannot encode {type(value).__name__}")
 
 
@@ -314,13 +350,20 @@ def cold_fields(cls: Any) -> tuple[str, ...]:
     return names
 
 
-def encode(state: Any, *, with_cold: bool = True) -> tuple[dict[str, Any], dict[str, Any]]:
+def encode(
+    state: Any, *, with_cold: bool = True, memo: Memo | None = None, kept: Memo | None = None
+) -> tuple[dict[str, Any], dict[str, Any]]:
     """Split ``state`` into ``(hot, cold)`` JSON-able documents.
 
     ``hot`` carries the schema version and the class; ``cold`` maps each of the class's
     ``COLD_FIELDS`` to its encoding (empty when the class has none, or when
     ``with_cold`` is false: then the cold fields are not encoded at all, which is what a
     writer wants when they did not change).
+
+    A writer that keeps its states may give ``memo``, an empty mapping that is filled
+    with the objects of ``state`` and their encodings, and ``kept``, the ``memo`` of the
+    state it writes over: what the two states share is not encoded again (the
+    documents are the same, see :func:`to_jsonable`).
     """
     name = getattr(type(state), "__codec_name__", None)
     if name is None:
@@ -328,13 +371,14 @@ def encode(state: Any, *, with_cold: bool = True) -> tuple[dict[str, Any], dict[
     cold_names = cold_fields(type(state))
     hot: dict[str, Any] = {}
     cold: dict[str, Any] = {}
-    memo: dict[int, Any] = {}  # the state holds every object named in it meanwhile
+    if memo is None:
+        memo = {}  # the state holds every object named in it meanwhile
     for field_name in _field_names(type(state)):
         if field_name in cold_names:
             if with_cold:
-                cold[field_name] = to_jsonable(getattr(state, field_name), memo)
+                cold[field_name] = to_jsonable(getattr(state, field_name), memo, kept)
         else:
-            hot[field_name] = to_jsonable(getattr(state, field_name), memo)
+            hot[field_name] = to_jsonable(getattr(state, field_name), memo, kept)
     return {"c": name, "v": hot, "schema_version": SCHEMA_VERSION}, cold
 
 

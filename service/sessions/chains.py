@@ -10,11 +10,11 @@ from __future__ import annotations
 import dataclasses
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kameleon.core.base import Proposal
-from kameleon.core.serialization import CodecError, decode, encode
+from kameleon.core.serialization import CodecError, Memo, decode, encode
 from kameleon.service.jsonio import dumps, loads
 from kameleon.service.sessions.errors import Conflict, guarded
 from kameleon.service.sessions.meta import SessionMeta
@@ -77,6 +77,10 @@ class ChainView:
     given: bool = False
     #: The revision of the session's metadata the chain's record was written under.
     revision: int = 0
+    #: The objects of ``state`` and their encodings, when this process wrote it: the
+    #: next write encodes only what its transition changed
+    #: (:func:`kameleon.core.serialization.encode`).
+    encoded: Memo | None = field(default=None, compare=False, repr=False)
 
     @property
     def waiting(self) -> bool:
@@ -101,11 +105,18 @@ class ChainView:
 
 
 def encode_state(
-    state: Any, given: bool, with_cold: bool, revision: int = 0
+    state: Any,
+    given: bool,
+    with_cold: bool,
+    revision: int = 0,
+    *,
+    memo: Memo | None = None,
+    kept: Memo | None = None,
 ) -> tuple[bytes, bytes | None]:
     """The stored hot part (with the mark of a chain given a point by a reset, and the
-    metadata's ``revision``) and, when ``with_cold``, the cold part."""
-    hot_doc, cold_doc = encode(state, with_cold=with_cold)
+    metadata's ``revision``) and, when ``with_cold``, the cold part. ``memo`` and
+    ``kept``: see :func:`kameleon.core.serialization.encode`."""
+    hot_doc, cold_doc = encode(state, with_cold=with_cold, memo=memo, kept=kept)
     if given:
         hot_doc[_GIVEN] = True
     if revision:

@@ -26,7 +26,7 @@ from typing import Any, NamedTuple
 from kameleon.core.base import FloatArray, Parts, Proposal, StepInfo, tell_one, transition_stats
 from kameleon.core.batch import tell_many
 from kameleon.core.initial import redraw
-from kameleon.core.serialization import cold_changed
+from kameleon.core.serialization import Memo, cold_changed
 from kameleon.service.ids import ProposalId
 from kameleon.service.sessions.chains import ChainView, encode_state
 from kameleon.service.sessions.draws import RowLayout
@@ -338,7 +338,10 @@ def _write(
 ) -> tuple[ChainUpdate, ChainView]:
     """The write that takes ``chain`` to ``state``, and the chain after it."""
     changed = cold_changed(chain.state, state)
-    hot, cold = encode_state(state, chain.given, changed, meta.revision)
+    memo: Memo = {}
+    hot, cold = encode_state(
+        state, chain.given, changed, meta.revision, memo=memo, kept=chain.encoded
+    )
     after = ChainView(
         chain.chain,
         chain.version + 1,
@@ -349,6 +352,7 @@ def _write(
         chain.inits + init_told,
         chain.given,
         meta.revision,
+        memo,
     )
     active = chain_active(meta, state, init_value)
     update = ChainUpdate(

@@ -102,7 +102,7 @@ def _not_outstanding(meta: SessionMeta, ch: ChainView | None, pid: ProposalId) -
 
 def _rewrite(meta: SessionMeta, ch: ChainView, seconds: float) -> ChainUpdate:
     """The chain's record as it is, its lease set to ``seconds`` from now (0: released)."""
-    hot, _ = encode_state(ch.state, ch.given, False, meta.revision)
+    hot, _ = encode_state(ch.state, ch.given, False, meta.revision, kept=ch.encoded)
     return ChainUpdate(
         ch.chain, ch.version, hot, True, init_value=ch.init_value, lease_seconds=seconds
     )

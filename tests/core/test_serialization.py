@@ -183,6 +183,52 @@ def test_an_object_named_twice_is_written_the_same_each_time() -> None:
     assert encode(copy) == encode(state)
 
 
+@pytest.mark.parametrize("algorithm", ["am", "kameleon", "kmc-lite", "nuts", "hmc", "importance"])
+def test_a_state_written_over_its_predecessor_is_the_document_written_alone(
+    algorithm: str,
+) -> None:
+    # A writer that keeps its states (the service) encodes each one with the encodings of
+    # the state before it (``kept``): what a transition left untouched is not encoded
+    # again. Every document must be the one a fresh encoding gives, transition after
+    # transition, through warm-up and after, hot and cold.
+    sampler = SAMPLERS[algorithm]
+    params = sampler.make_params(3, {}, warmup=30)
+    state = sampler.init(np.array([0.1, -0.2, 0.3]), params, seed=2, chain=1)
+    kept = None
+    shared = 0
+    for _ in range(120):
+        memo: dict[int, Any] = {}
+        assert encode(state, memo=memo, kept=kept) == encode(state)
+        if kept is not None:
+            shared += sum(1 for k, v in memo.items() if kept.get(k) is v)
+        kept = memo
+        proposal = sampler.ask(state, params)
+        x = proposal.position
+        value = -0.5 * float(x @ x)
+        if sampler.evaluation.gradient:
+            state, _ = sampler.tell_gradient(state, params, proposal, value, -x)
+        else:
+            state, _ = sampler.tell(state, params, proposal, value)
+    assert shared > 0  # the reuse happened, so the comparison above tested it
+
+
+def test_an_encoding_is_kept_only_for_the_very_object() -> None:
+    # The kept encodings hold their objects: an equal array that is another object, or the
+    # same array made writeable (it might have changed since), is encoded afresh.
+    from kameleon.core.serialization import to_jsonable
+
+    a = np.array([1.0, 2.0])
+    a.flags.writeable = False
+    memo: dict[int, Any] = {}
+    first = to_jsonable(a, memo)
+    assert to_jsonable(a, {}, memo) is first
+    b = np.array([1.0, 2.0])
+    assert to_jsonable(b, {}, memo) is not first
+    a.flags.writeable = True
+    a[0] = 5.0
+    assert to_jsonable(a, {}, memo)["b"] != first["b"]
+
+
 def test_every_old_document_names_only_aliased_classes() -> None:
     names = set().union(*(_class_names(_old(n)) for n in OLD_DOCUMENTS))
     assert names == {n for n in ALIASES if n.startswith("kameleon.core.")}

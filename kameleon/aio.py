@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 import httpx
 import numpy as np
+import numpy.typing as npt
 import orjson
 import tenacity
 
@@ -37,6 +38,7 @@ from kameleon.models import (
     SessionPage,
     StepAnswer,
     TellOutcome,
+    log_weights_from_json,
 )
 
 __all__ = ["AsyncClient"]
@@ -258,6 +260,11 @@ class AsyncClient(_Protocol):
         body = _drop_none(sessions=list(session_ids), method=method, draws=draws, seed=seed)
         doc = await self._json(_Call("POST", "consensus", body))
         return Consensus.from_json(doc)
+
+    async def weights(self, session_id: str) -> npt.NDArray[np.float64]:
+        """:meth:`kameleon.Client.weights`."""
+        doc = await self._json(_Call("GET", f"sessions/{session_id}/weights"))
+        return log_weights_from_json(doc)
 
     async def diagnostics(self, session_id: str) -> Diagnostics:
         doc = await self._json(_Call("GET", f"sessions/{session_id}/diagnostics"))

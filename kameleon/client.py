@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 import httpx
 import numpy as np
+import numpy.typing as npt
 import orjson
 import tenacity
 
@@ -52,6 +53,7 @@ from kameleon.models import (
     SessionPage,
     StepAnswer,
     TellOutcome,
+    log_weights_from_json,
 )
 
 __all__ = ["DEFAULT_URL", "AsyncClient", "Client", "TellInput"]
@@ -322,6 +324,12 @@ class Client(_Protocol):
         body = _drop_none(sessions=list(session_ids), method=method, draws=draws, seed=seed)
         doc = self._json(_Call("POST", "consensus", body))
         return Consensus.from_json(doc)
+
+    def weights(self, session_id: str) -> npt.NDArray[np.float64]:
+        """The log weight of every post-warm-up draw, shape ``(chains, draws)`` (the
+        chains cut to a common length): for ``importance`` against the mixture of every
+        chain's proposal, as the evidence weighs them; 0 for a Markov chain's draws."""
+        return log_weights_from_json(self._json(_Call("GET", f"sessions/{session_id}/weights")))
 
     def diagnostics(self, session_id: str) -> Diagnostics:
         """Diagnostics and warnings of the post-warm-up draws."""

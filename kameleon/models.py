@@ -30,6 +30,7 @@ __all__ = [
     "SessionPage",
     "StepAnswer",
     "TellOutcome",
+    "log_weights_from_json",
 ]
 
 
@@ -366,6 +367,15 @@ class Diagnostics:
             warnings=[Finding.from_json(w) for w in doc.get("warnings") or []],
             evidence=(EvidenceSummary.from_json(doc["evidence"]) if doc.get("evidence") else None),
         )
+
+
+def log_weights_from_json(doc: Mapping[str, Any]) -> npt.NDArray[np.float64]:
+    """The log weights of a ``GET .../weights`` answer, shape ``(chains, draws)``, a
+    null (a weight of zero) as ``-inf``."""
+    rows = [
+        [-math.inf if v is None else float(v) for v in ch["log_weights"]] for ch in doc["chains"]
+    ]
+    return np.array(rows, dtype=np.float64).reshape(len(rows), int(doc["draws"]))
 
 
 @dataclass(frozen=True, eq=False)

@@ -290,6 +290,11 @@ def session_result(
             acceptance[ch.chain] = ch.acceptance_rate
     log_density = draws.log_density
     assert log_density is not None  # JSON pages carry them
+    log_weights = None
+    if diagnostics.evidence is not None and not include_warmup:
+        log_weights = client.weights(session_id)
+        if log_weights.shape != log_density.shape:  # draws told meanwhile
+            log_weights = None
     return Result(
         draws=draws.draws,
         log_density=log_density,
@@ -304,6 +309,7 @@ def session_result(
         url=client.url,
         accepted=draws.accepted,
         sample_stats=draws.sample_stats,
+        log_weights=log_weights,
     )
 
 

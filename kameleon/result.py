@@ -71,7 +71,14 @@ class Result:
         The sampler's per-transition statistics by name, each of shape ``(chains,
         draws)``: ``step_size`` for the gradient samplers, and for ``hmc`` and ``nuts``
         ``n_steps``, ``diverging`` and ``energy`` (and ``tree_depth`` for ``nuts``), as
-        Stan records them; empty for the others.
+        Stan records them; empty for the others. ``importance`` records ``log_weight``,
+        each draw's weight against its own chain's proposal.
+    log_weights
+        For importance samples (``importance``), each draw's log weight against the
+        mixture of every chain's proposal, shape ``(chains, draws)``: the weights of the
+        evidence and of the weighted diagnostics, right where chains found different
+        modes. ``None`` for a Markov chain's draws, which weigh the same (and when the
+        draws include warm-up). See :attr:`weights` and :meth:`resample`.
     """
 
     draws: npt.NDArray[np.float64]
@@ -88,6 +95,7 @@ class Result:
     accepted: npt.NDArray[np.bool_] | None = None
     acceptance_probability: npt.NDArray[np.float64] | None = None
     sample_stats: dict[str, npt.NDArray[np.float64]] = field(default_factory=dict)
+    log_weights: npt.NDArray[np.float64] | None = None
 
     @classmethod
     def from_session(
@@ -106,6 +114,40 @@ class Result:
 
         with Client(url, api_key=api_key, retry_seconds=retry_seconds) as client:
             return session_result(client, session, include_warmup=include_warmup)
+
+    @property
+    def weights(self) -> npt.NDArray[np.float64]:
+        """Each draw's normalised weight, shape ``(chains, draws)``, summing to 1: from
+        :attr:`log_weights` for importance samples, equal for a Markov chain's."""
+        shape = self.draws.shape[:2]
+        if self.log_weights is None:
+            return np.full(shape, 1.0 / max(1, shape[0] * shape[1]))
+        lw = np.asarray(self.log_weights, dtype=np.float64)
+        top = float(np.max(lw)) if lw.size else -np.inf
+        if not np.isfinite(top):
+            raise ValueError("every weight is zero: no draw landed where the density is positive")
+        w = np.exp(lw - top)
+        return w / w.sum()  # type: ignore[no-any-return]
+
+    def resample(self, draws: int | None = None, *, seed: int = 0) -> npt.NDArray[np.float64]:
+        """Equally weighted draws, shape ``(draws, dim)``: the draws resampled in
+        proportion to :attr:`weights` (systematic resampling, whose noise is the least of
+        the usual schemes; Douc and Cappe 2005), ``draws`` of them (default: the
+        weights' effective sample size, rounded; a Markov chain's draws, all of them,
+        in order). The same ``seed`` gives the same draws."""
+        flat = self.draws.reshape(-1, self.dim)
+        w = self.weights.reshape(-1)
+        if self.log_weights is None and draws is None:
+            return flat.copy()
+        if draws is None:
+            draws = max(1, round(1.0 / float(np.sum(w * w))))
+        if draws < 1:
+            raise ValueError(f"draws must be at least 1, not {draws}")
+        u = (np.random.default_rng(seed).random() + np.arange(draws)) / draws
+        cdf = np.cumsum(w)
+        index = np.minimum(np.searchsorted(cdf, u * cdf[-1], side="right"), len(w) - 1)
+        out: npt.NDArray[np.float64] = flat[index].copy()
+        return out
 
     @property
     def chains(self) -> int:

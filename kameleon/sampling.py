@@ -362,6 +362,7 @@ def _in_process(
             name: np.stack([c.stats[kept, k] for c in chains])
             for k, name in enumerate(chains[0].stat_names if chains else ())
         },
+        log_weights=assessment.log_weights,
     )
 
 

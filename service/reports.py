@@ -12,6 +12,7 @@ from kameleon.core.checks import CODES
 
 __all__ = [
     "ChainDiagnostics",
+    "ChainWeights",
     "Diagnostics",
     "DrawsChain",
     "DrawsPage",
@@ -24,6 +25,7 @@ __all__ = [
     "TraceRunning",
     "WarningCode",
     "WarningOut",
+    "Weights",
 ]
 
 WarningCode = Literal[CODES]  # type: ignore[valid-type]
@@ -182,6 +184,27 @@ class Evidence(BaseModel):
         "reliable, 0.5 to 0.7 slower, over 0.7 unreliable; null with too few draws."
     )
     draws: int
+
+
+class ChainWeights(BaseModel):
+    chain: int
+    log_weights: list[float | None] = Field(
+        description="One per post-warm-up draw, in order; null for a weight of zero."
+    )
+
+
+class Weights(BaseModel):
+    """The log weight of every post-warm-up draw, the chains cut to a common length (the
+    draws the diagnostics judge): unnormalised, so that `exp(log_weights)` over all the
+    chains, divided by its sum, weighs each draw."""
+
+    draws: int = Field(description="Post-warm-up draws per chain: the chains cut alike.")
+    weighted: bool = Field(
+        description="Whether the draws are importance samples (`importance`), weighed "
+        "against the mixture of every chain's proposal, as the evidence is; otherwise "
+        "a Markov chain's draws, every log weight 0."
+    )
+    chains: list[ChainWeights]
 
 
 class Diagnostics(BaseModel):

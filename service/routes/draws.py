@@ -16,7 +16,7 @@ from kameleon.service.deps import OwnerDep, SessionsDep, SettingsDep
 from kameleon.service.jsonio import JSON
 from kameleon.service.problems import NotFound, Unprocessable
 from kameleon.service.routes import problems
-from kameleon.service.schemas import Diagnostics, DrawsPage, Trace
+from kameleon.service.schemas import Diagnostics, DrawsPage, Trace, Weights
 from kameleon.service.sessions.draws import ChainSlice, DrawsQuery, RowLayout
 from kameleon.service.sessions.trace import TraceQuery
 
@@ -201,6 +201,16 @@ async def get_diagnostics(session_id: str, sessions: SessionsDep, owner: OwnerDe
     last time, else answered from the store; the session summary shows the latest
     warnings."""
     return JSON(await sessions.diagnostics_of(session_id, owner))
+
+
+@router.get("/weights", name="get_weights", response_model=Weights, responses=problems(404))
+async def get_weights(session_id: str, sessions: SessionsDep, owner: OwnerDep) -> JSON:
+    """The log weight of every post-warm-up draw (the chains cut to a common length, as
+    the diagnostics cut them): for `importance`, each draw weighed against the mixture
+    of every chain's proposal, the weights of the evidence and of the weighted means;
+    for a Markov chain, 0. Resampling the draws with these weights (the SDK's
+    `Result.resample`) gives equally weighted draws."""
+    return JSON(await sessions.weights_of(session_id, owner))
 
 
 @router.get(

@@ -16,6 +16,7 @@ from kameleon.service.reports import (
     ProblemDetail,
     Trace,
     WarningOut,
+    Weights,
 )
 from kameleon.service.schemas.consensus import (
     ConsensusRequest,
@@ -82,4 +83,5 @@ __all__ = [
     "TellResult",
     "Trace",
     "WarningOut",
+    "Weights",
 ]

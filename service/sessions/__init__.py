@@ -226,6 +226,10 @@ class SessionService:
         with self._gone(session_id):
             return await self.diagnostics.of(await self.catalog.meta(session_id, owner))
 
+    async def weights_of(self, session_id: str, owner: str) -> dict[str, Any]:
+        with self._gone(session_id):
+            return await self.diagnostics.weights(await self.catalog.meta(session_id, owner))
+
     async def consensus(
         self,
         owner: str,

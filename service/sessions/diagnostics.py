@@ -106,6 +106,33 @@ class Diagnostics:
         )
         return doc
 
+    async def weights(self, meta: SessionMeta) -> dict[str, Any]:
+        """The log weight of each post-warm-up draw, the chains cut to a common length
+        (the draws the diagnostics judge): for weighted draws (``importance``) against
+        the mixture of every chain's proposal, as the evidence weighs them; for a Markov
+        chain's draws 0, each weighing the same."""
+        records = await self.store.load_chains(meta.id, range(meta.chains))
+        arrays = [await read_rows(self.store, meta, r.chain, meta.warmup, r.draws) for r in records]
+        common = min(len(a) for a in arrays)
+        log_w = np.zeros((len(arrays), common))
+        if meta.sampler.weighted and common:
+            assert meta.sampler.mixture_log_weights is not None
+            states = [(await self.chains.decode(meta, r)).state for r in records]
+            draws = np.concatenate([RowLayout.positions(a[:common], meta.dim) for a in arrays])
+            log_density = np.concatenate([a[:common, RowLayout.LOG_DENSITY] for a in arrays])
+            flat = await asyncio.to_thread(
+                meta.sampler.mixture_log_weights, states, meta.params, draws, log_density
+            )
+            log_w = np.asarray(flat, dtype=np.float64).reshape(len(arrays), common)
+        return {
+            "draws": common,
+            "weighted": meta.sampler.weighted,
+            "chains": [
+                {"chain": r.chain, "log_weights": [_none_if_not_finite(float(v)) for v in row]}
+                for r, row in zip(records, log_w, strict=True)
+            ],
+        }
+
     async def check_rule(self, meta: SessionMeta, multiple: int) -> bool:
         """Check the stopping rule if every chain has ``multiple`` post-warm-up draws;
         stop the session if it is met. Whether the session is now stopped by the rule.

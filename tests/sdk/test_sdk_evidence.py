@@ -48,3 +48,54 @@ def test_the_evidence_of_a_run(where: str, server: str) -> None:
 def test_a_markov_chain_has_no_evidence() -> None:
     result = kameleon.sample(_logdensity, dim=2, iterations=200, warmup=100, seed=1, progress=False)
     assert result.evidence is None
+
+
+def _bimodal(x: np.ndarray) -> float:
+    # 0.3 N((-4, 0), I) + 0.7 N((4, 0), I): modes far apart, so that chains land on one
+    # each and only the mixture weights give each mode its mass.
+    x = np.asarray(x)
+    a = math.log(0.3) - 0.5 * float((x[0] + 4) ** 2 + x[1] ** 2)
+    b = math.log(0.7) - 0.5 * float((x[0] - 4) ** 2 + x[1] ** 2)
+    return float(np.logaddexp(a, b))
+
+
+@pytest.mark.parametrize("where", ["in process", "service"])
+def test_equally_weighted_draws_on_request(where: str, server: str) -> None:
+    # 16 chains of importance sampling on a two-mode target. Their weights against the
+    # mixture of the chains' proposals (`Result.log_weights`, `GET .../weights`) give each
+    # mode its mass, 0.3 and 0.7; resampling them gives equally weighted draws with the
+    # target's moments. Tolerances: 16 x 400 draws, the weights' ESS in the thousands, so
+    # the mass of a mode is within 0.05 (5 sd of a binomial share) and the mean of x1
+    # (truth 1.6) within 0.3.
+    url = server if where == "service" else None
+    result = kameleon.sample(
+        _bimodal, dim=2, algorithm="importance", chains=16, warmup=600, iterations=400,
+        seed=5, url=url, progress=False,
+        initial=np.column_stack([np.linspace(-8, 8, 16), np.zeros(16)]),
+    )  # fmt: skip
+    assert result.log_weights is not None and result.log_weights.shape == (16, 400)
+    w = result.weights
+    assert w.shape == (16, 400) and abs(float(w.sum()) - 1.0) < 1e-12
+    right = float(w[result.draws[..., 0] > 0].sum())
+    assert abs(right - 0.7) < 0.05, right
+    equal = result.resample(4000, seed=1)
+    assert equal.shape == (4000, 2)
+    assert abs(float(np.mean(equal[:, 0] > 0)) - 0.7) < 0.05
+    assert abs(float(equal[:, 0].mean()) - 1.6) < 0.3
+    np.testing.assert_array_equal(equal, result.resample(4000, seed=1))  # the same seed
+    assert len(result.resample()) == round(1.0 / float(np.sum(w * w)))  # default: the ESS
+    if url is not None:
+        with kameleon.Client(url) as client:
+            np.testing.assert_array_equal(client.weights(result.session), result.log_weights)
+
+
+@pytest.mark.filterwarnings("ignore::kameleon.SamplingWarning")  # a short run: not the point
+def test_a_markov_chains_draws_weigh_the_same(server: str) -> None:
+    result = kameleon.sample(
+        _logdensity, dim=2, iterations=100, warmup=50, seed=1, url=server, progress=False
+    )
+    assert result.log_weights is None
+    np.testing.assert_array_equal(result.weights, np.full((4, 100), 1 / 400))
+    np.testing.assert_array_equal(result.resample(), result.draws.reshape(-1, 2))
+    with kameleon.Client(server) as client:
+        np.testing.assert_array_equal(client.weights(result.session), np.zeros((4, 100)))

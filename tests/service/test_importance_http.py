@@ -72,6 +72,29 @@ def test_the_evidence_and_the_weighted_moments(client: TestClient) -> None:
     assert len(rows) == 8 * 300 and all(math.isfinite(float(r["log_weight__"])) for r in rows)
 
 
+def test_the_weights_of_every_draw(client: TestClient, assert_problem: ProblemCheck) -> None:
+    # GET .../weights: each post-warm-up draw's log weight against the mixture of the
+    # chains' proposals, the weights the evidence is computed from: their log mean is the
+    # diagnostics' log evidence (to rounding), and a Markov chain's are all 0.
+    sid = _run(client)
+    doc = client.get(f"/v1/sessions/{sid}/weights").json()
+    assert doc["draws"] == 300 and doc["weighted"] is True
+    assert [c["chain"] for c in doc["chains"]] == list(range(8))
+    log_w = np.array([c["log_weights"] for c in doc["chains"]], dtype=float)
+    assert log_w.shape == (8, 300) and np.all(np.isfinite(log_w))
+    top = log_w.max()
+    log_mean = top + math.log(float(np.mean(np.exp(log_w - top))))
+    ev = client.get(f"/v1/sessions/{sid}/diagnostics").json()["evidence"]
+    assert abs(log_mean - ev["log_evidence"]) < 1e-9
+    own = client.get(f"/v1/sessions/{sid}/draws").json()["chains"][0]["sample_stats"]
+    assert not np.allclose(own["log_weight"], log_w[0])  # the mixture's, not the chain's own
+    chain = _run(client, algorithm="am", max_iterations=520)
+    doc = client.get(f"/v1/sessions/{chain}/weights").json()
+    assert doc["weighted"] is False and doc["draws"] == 20
+    assert all(c["log_weights"] == [0.0] * 20 for c in doc["chains"])
+    assert_problem(client.get("/v1/sessions/nosuchsession/weights"), 404)
+
+
 def test_a_short_warm_up_warns(client: TestClient) -> None:
     # Five warm-up transitions: the proposals are am's first guesses; the weights say so.
     sid = _run(client, warmup=5, max_iterations=205, initial=[[8.0, 8.0]])

@@ -25,6 +25,7 @@ PROTOCOL = {
     ("get", "/v1/sessions/{session_id}/draws"),
     ("get", "/v1/sessions/{session_id}/diagnostics"),
     ("get", "/v1/sessions/{session_id}/trace"),
+    ("get", "/v1/sessions/{session_id}/weights"),
     ("post", "/v1/consensus"),
     ("get", "/v1/health"),
 }

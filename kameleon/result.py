@@ -219,8 +219,10 @@ class Result:
         (``accepted``) and its acceptance probability (``acceptance_rate``, in process),
         when known, and the sampler's statistics under ArviZ's names (``step_size``,
         ``tree_depth``, ``n_steps``, ``diverging``, ``energy``: what ``az.bfmi`` and
-        ``az.plot_energy`` read); the run's seed, algorithm, warm-up, session and URL
-        are the attributes (needs the ``arviz`` extra)."""
+        ``az.plot_energy`` read), and for importance samples their ``log_weight``
+        (against their own chain's proposal) and ``mixture_log_weight``
+        (:attr:`log_weights`, the ones to weigh them by); the run's seed, algorithm,
+        warm-up, session and URL are the attributes (needs the ``arviz`` extra)."""
         az = _optional("arviz", "arviz", "to_arviz()")
         posterior = {name: self.draws[:, :, i] for i, name in enumerate(self.param_names)}
         stats: dict[str, Any] = {"lp": self.log_density}
@@ -232,6 +234,8 @@ class Result:
         for name, values in self.sample_stats.items():
             if values.shape == self.log_density.shape:
                 stats[name] = values.astype(bool) if name == "diverging" else values
+        if self.log_weights is not None and self.log_weights.shape == self.log_density.shape:
+            stats["mixture_log_weight"] = self.log_weights
         attrs = {
             "inference_library": "kameleon",
             "algorithm": self.algorithm,
@@ -245,10 +249,11 @@ class Result:
 
     def to_getdist(self, label: str | None = None) -> Any:
         """A ``getdist.MCSamples`` of the chains (needs the ``getdist`` extra); warm-up
-        is already dropped."""
+        is already dropped. Importance samples carry their :attr:`weights`."""
         getdist = _optional("getdist", "getdist", "to_getdist()")
         return getdist.MCSamples(
             samples=[np.asarray(c) for c in self.draws],
+            weights=None if self.log_weights is None else list(self._getdist_weights()),
             loglikes=[-np.asarray(lp) for lp in self.log_density],
             names=list(self.param_names),
             labels=list(self.param_names),
@@ -257,21 +262,30 @@ class Result:
             ignore_rows=0,
         )
 
+    def _getdist_weights(self) -> npt.NDArray[np.float64]:
+        """The draws' weights as GetDist reads them, shape ``(chains, draws)``: 1 for a
+        Markov chain's, importance weights scaled so that the largest is 1."""
+        if self.log_weights is None:
+            return np.ones(self.draws.shape[:2])
+        w = self.weights
+        out: npt.NDArray[np.float64] = w / w.max()
+        return out
+
     def save_getdist(self, root: str | os.PathLike[str]) -> list[Path]:
         """Write the chains as GetDist (and Cobaya) text chains: ``root_1.txt``,
         ``root_2.txt``, ... one per chain, each row ``weight  -log(posterior)
-        parameters...`` (weight 1, a ``#`` header naming the columns), and
+        parameters...`` (weight 1 for a Markov chain; for importance samples the draw's
+        :attr:`weights`, scaled to a largest of 1; a ``#`` header naming the columns), and
         ``root.paramnames``, one ``name<TAB>label`` per parameter. Returns the paths
         written. ``getdist.loadMCSamples(root)`` reads them."""
         base = Path(root)
         base.parent.mkdir(parents=True, exist_ok=True)
         written = []
         header = "  ".join(["weight", "minuslogpost", *self.param_names])
+        weights = self._getdist_weights()
         for c in range(self.chains):
             path = base.with_name(f"{base.name}_{c + 1}.txt")
-            table = np.column_stack(
-                [np.ones(self.draws.shape[1]), -self.log_density[c], self.draws[c]]
-            )
+            table = np.column_stack([weights[c], -self.log_density[c], self.draws[c]])
             np.savetxt(path, table, fmt="%.17g", delimiter="  ", header=header)
             written.append(path)
         names = base.with_name(base.name + ".paramnames")

@@ -68,6 +68,30 @@ def test_getdist_reads_the_text_chains_and_to_getdist_agrees(
     assert [p.name for p in direct.paramNames.names[:3]] == NAMES
 
 
+def test_importance_samples_go_to_getdist_with_their_weights(tmp_path: Path) -> None:
+    # Importance samples keep their weights in GetDist (text chains and MCSamples): the
+    # weighted means GetDist computes are the result's own weighted means.
+    import getdist
+
+    result = kameleon.sample(
+        gaussian, dim=3, algorithm="importance", chains=4, warmup=400, iterations=100,
+        seed=4, progress=False, param_names=NAMES,
+    )  # fmt: skip
+    assert result.log_weights is not None
+    w = result.weights.reshape(-1)
+    mean = w @ result.draws.reshape(-1, 3)
+    result.save_getdist(tmp_path / "is")
+    table = np.loadtxt(tmp_path / "is_1.txt")
+    np.testing.assert_allclose(table[:, 0], result.weights[0] / result.weights.max(), rtol=1e-15)
+    loaded = getdist.loadMCSamples(str(tmp_path / "is"), settings={"ignore_rows": 0})
+    np.testing.assert_allclose(loaded.getMeans()[:3], mean, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(result.to_getdist().getMeans()[:3], mean, rtol=1e-12, atol=1e-12)
+    assert not np.allclose(mean, result.draws.reshape(-1, 3).mean(axis=0), rtol=0, atol=1e-6)
+    stats = result.to_arviz().sample_stats
+    np.testing.assert_array_equal(stats["mixture_log_weight"].values, result.log_weights)
+    np.testing.assert_array_equal(stats["log_weight"].values, result.sample_stats["log_weight"])
+
+
 def test_to_arviz(result: kameleon.Result) -> None:
     import arviz as az  # the test extra installs it
 

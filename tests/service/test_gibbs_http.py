@@ -320,3 +320,13 @@ def test_blocks_are_checked_at_creation(client: TestClient, assert_problem: Prob
         )
         body = assert_problem(response, 422)
         assert body["field"] == field, body
+
+
+def test_pseudo_marginal_is_refused_with_conditional_blocks(
+    client: TestClient, assert_problem: ProblemCheck
+) -> None:
+    body = {"algorithm": "gibbs", "dim": 4, "chains": 1, "pseudo_marginal": True}
+    refused = client.post("/v1/sessions", json={**body, "options": {"blocks": BLOCKS}})
+    assert assert_problem(refused, 422)["field"] == "pseudo_marginal"
+    # Every block by Metropolis-Hastings keeps the estimate, as the other samplers do.
+    assert client.post("/v1/sessions", json=body).status_code == 201

@@ -44,7 +44,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from kameleon.core.adaptation import Welford, learning_rate, robbins_monro, usable_covariance
-from kameleon.core.arithmetic import exp1
+from kameleon.core.arithmetic import exp1, matvec
 from kameleon.core.base import (
     ChainState,
     Evaluation,
@@ -351,7 +351,7 @@ def ask(state: State, params: Params) -> Proposal:
     z = rng.standard_normal(len(block.indices))
     point = np.array(state.position)
     with np.errstate(over="ignore", invalid="ignore"):
-        point[list(block.indices)] += _block_factor(state, params, b) @ z
+        point[list(block.indices)] += matvec(_block_factor(state, params, b), z)
     if not np.isfinite(point).all():  # overflowed: propose staying put, as core.base does
         return Proposal(t, "proposal", state.position, step=state.step)
     return Proposal(t, "proposal", frozen_array(point), step=state.step)

@@ -314,8 +314,8 @@ def _block_factor(state: State, params: Params, b: int) -> FloatArray:
     size = idx.size
     variance_0 = params.initial_scale * params.initial_scale
     sigma: FloatArray | None = None
-    if state.moments.count >= params.start:
-        running = state.moments.covariance()[np.ix_(idx, idx)]
+    if state.moments.count >= params.start:  # the block's part only: O(d_block^2)
+        running = state.moments.m2[np.ix_(idx, idx)] / (state.moments.count - 1)
         if usable_covariance(running):
             sigma = 0.5 * (running + running.T)
     if sigma is None:

@@ -330,3 +330,19 @@ def test_pseudo_marginal_is_refused_with_conditional_blocks(
     assert assert_problem(refused, 422)["field"] == "pseudo_marginal"
     # Every block by Metropolis-Hastings keeps the estimate, as the other samplers do.
     assert client.post("/v1/sessions", json=body).status_code == 201
+
+
+def test_a_conditional_result_may_be_told_in_parts(client: TestClient) -> None:
+    """The value at the drawn point as log prior plus log likelihood, as any value."""
+    sid, p = _first_conditional(client)
+    good = _answer(p)
+    parts = {
+        "id": good["id"],
+        "draw": good["draw"],
+        "log_prior": good["log_density"] - 10.0,
+        "log_likelihood": 10.0,
+    }
+    told = client.post(f"/v1/sessions/{sid}/tell", json={"results": [parts]}).json()
+    assert told["results"][0]["outcome"] == "step"
+    again = client.post(f"/v1/sessions/{sid}/tell", json={"results": [parts]}).json()
+    assert again["results"][0]["outcome"] == "duplicate"  # the same value and draw

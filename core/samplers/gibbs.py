@@ -94,7 +94,7 @@ class Block:
         The block's coordinates (from 0, at least one, without repeats), in the order in
         which a conditional block's draw is told.
     speed
-        Updates of the block per sweep, an integer of at least 1 (default 1): give a
+        Updates of the block per sweep, an integer from 1 to 10000 (default 1): give a
         block whose updates are cheap, or that mixes slowly, more.
     conditional
         True: the client draws the block from its full conditional (kind

@@ -11,6 +11,7 @@ from typing import Any
 from kameleon.core.base import Sampler
 from kameleon.core.samplers import (
     am,
+    gibbs,
     hmc,
     importance,
     kameleon,
@@ -36,6 +37,7 @@ SAMPLERS: dict[str, Sampler[Any, Any]] = {
         hmc.SAMPLER,
         nuts.SAMPLER,
         sgld.SAMPLER,
+        gibbs.SAMPLER,
         importance.SAMPLER,
     )
 }

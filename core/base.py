@@ -73,6 +73,7 @@ __all__ = [
     "Propose",
     "Sampler",
     "StepInfo",
+    "TellDraw",
     "TellGradient",
     "TellParts",
     "accept_or_reject",
@@ -86,6 +87,7 @@ __all__ = [
     "params_parser",
     "parse_params",
     "reset",
+    "takes_steps",
     "tell_initial",
     "tell_one",
     "transition_stats",
@@ -96,7 +98,7 @@ Outcome = Literal["initialized", "outside_support", "accepted", "rejected", "ste
 """What a tell did: ``"step"`` is an intermediate evaluation of a transition that needs
 several (a leapfrog point of an HMC trajectory, a point of a gradient check): the chain
 made no transition and records no draw."""
-ProposalKind = Literal["init", "proposal", "leapfrog", "gradient_check", "minibatch"]
+ProposalKind = Literal["init", "proposal", "leapfrog", "gradient_check", "minibatch", "conditional"]
 
 
 def frozen_array(values: Any) -> FloatArray:
@@ -119,7 +121,10 @@ class Proposal:
         proposal (the last evaluation of a transition); a transition that needs several
         evaluations hands out the ones before its last as ``"leapfrog"`` (a point of a
         Hamiltonian trajectory) or ``"gradient_check"`` (a point of the finite-difference
-        check of a told gradient).
+        check of a told gradient); ``gibbs`` hands out each block's Metropolis-Hastings
+        update as ``"proposal"`` (the outcome ``"step"`` says the sweep goes on), and a
+        block that the client draws from its full conditional as ``"conditional"``, at
+        the chain's current point (``block``, ``indices``).
     position
         The point, shape ``(dim,)``.
     log_correction
@@ -136,6 +141,10 @@ class Proposal:
     minibatch
         The indices of the data points whose log likelihood is asked for, sorted
         (``sgld``, :class:`Evaluation` ``parts``); ``None`` for the whole target.
+    block, indices
+        For a ``"conditional"`` proposal (``gibbs``): the block whose coordinates the
+        client draws from their full conditional, by its place in the sampler's blocks,
+        and its coordinates (from 0, in the block's order); ``None`` otherwise.
     """
 
     iteration: int
@@ -144,6 +153,8 @@ class Proposal:
     log_correction: float = 0.0
     step: int = 0
     minibatch: tuple[int, ...] | None = None
+    block: int | None = None
+    indices: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,6 +280,12 @@ class Parts:
 TellParts = Callable[[S, P, Proposal, Parts], tuple[S, StepInfo]]
 """A minibatch sampler's tell: ``tell_parts(state, params, proposal, parts)``."""
 
+TellDraw = Callable[[S, P, Proposal, float, FloatArray | None], tuple[S, StepInfo]]
+"""The tell of a sampler some of whose evaluations are the client's draws from a full
+conditional (``gibbs``): ``tell_draw(state, params, proposal, logdensity, draw)``, with
+``draw`` the drawn block's values for a ``"conditional"`` proposal and ``None`` for
+every other."""
+
 
 @dataclass(frozen=True, slots=True)
 class Evaluation:
@@ -282,10 +299,15 @@ class Evaluation:
     parts
         The target in parts (:class:`Parts`): the log prior and a minibatch's log
         likelihood, each with its gradient; its record then has ``tell_parts``.
+    draw
+        At ``"conditional"`` proposals, the client's draw of a block from its full
+        conditional, with the log density at the point it makes (``gibbs``); its record
+        then has ``tell_draw`` and ``conditional_indices``.
     """
 
     gradient: bool = False
     parts: bool = False
+    draw: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -341,6 +363,24 @@ class Sampler(Generic[S, P]):
     modes
         ``modes(states)``: for a weighted sampler, the chains grouped by the mode their
         proposals found (:func:`core.assess.mode_findings`).
+    multistep
+        Whether a transition may take several evaluations, each its ``step``, without
+        gradients (``gibbs``: one per block update); a sampler with ``tell_gradient``
+        may always (:func:`takes_steps`).
+    tell_draw
+        ``tell_draw(state, params, proposal, logdensity, draw)``: ``tell`` for a sampler
+        told the client's draws at its ``"conditional"`` proposals (``evaluation.draw``).
+    conditional_indices
+        ``conditional_indices(params, step)``: the coordinates that the evaluation at
+        ``step`` of a transition (from 0) asks the client to draw, or ``None`` for an
+        evaluation that draws nothing; so that a told draw is checked before it is given
+        to the sampler.
+    told_record
+        ``told_record(state, params, iteration, step)``: the value and draw (``None``
+        for a point evaluated without one) told for an evaluation of a multistep
+        transition that ``state`` remembers, or ``None``: a retried result is then
+        compared with it (a different value or draw is refused); without a record, a
+        retry of an evaluation applied before is a duplicate whatever its value.
     """
 
     name: str
@@ -363,6 +403,16 @@ class Sampler(Generic[S, P]):
         None
     )
     modes: Callable[[Sequence[S]], list[list[int]]] | None = None
+    multistep: bool = False
+    tell_draw: TellDraw[S, P] | None = None
+    conditional_indices: Callable[[P, int], tuple[int, ...] | None] | None = None
+    told_record: Callable[[S, P, int, int], tuple[float, FloatArray | None] | None] | None = None
+
+
+def takes_steps(sampler: Sampler[Any, Any]) -> bool:
+    """Whether ``sampler``'s transitions may take several evaluations, each handed out
+    with its ``step`` after the one before it is told."""
+    return sampler.multistep or sampler.tell_gradient is not None
 
 
 def transition_stats(sampler: Sampler[Any, Any], state: Any) -> tuple[float, ...]:
@@ -378,10 +428,16 @@ def tell_one(
     logdensity: float,
     gradient: FloatArray | None = None,
     parts: Parts | None = None,
+    draw: FloatArray | None = None,
 ) -> tuple[S, StepInfo]:
     """A told result given to ``sampler``: ``tell``, ``tell_gradient`` with the
-    gradient for a sampler that needs one, or ``tell_parts`` with the target's parts for
-    one told them (a ``ValueError`` when what it needs is missing)."""
+    gradient for a sampler that needs one, ``tell_parts`` with the target's parts for
+    one told them, or ``tell_draw`` with the client's draw (or ``None``) for one told
+    draws (a ``ValueError`` when what it needs is missing)."""
+    if sampler.tell_draw is not None:
+        return sampler.tell_draw(state, params, proposal, logdensity, draw)
+    if draw is not None:
+        raise ValueError(f"{sampler.name} asks for no draws")
     if sampler.tell_parts is not None:
         if parts is None:
             raise ValueError(

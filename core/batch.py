@@ -63,6 +63,7 @@ def tell_many(
     accept: Sequence[Sequence[float]] | None = None,
     gradients: Sequence[FloatArray | None] | None = None,
     parts: Sequence[Parts | None] | None = None,
+    conditional_draws: Sequence[FloatArray | None] | None = None,
 ) -> list[tuple[Any, StepInfo]]:
     """``[sampler.tell(s, params, p, v) for s, p, v in zip(states, proposals,
     logdensities)]``, with the accept streams of every chain drawn at once.
@@ -72,7 +73,8 @@ def tell_many(
     draws many iterations' at once); else they are drawn here. ``gradients``: the told
     gradients, for a sampler that needs them (:func:`core.base.tell_one`), stepped
     chain by chain; ``parts``: the told parts of the target, likewise, for a sampler
-    told them (``sgld``).
+    told them (``sgld``); ``draws``: the client's draws at conditional proposals, for a
+    sampler told them (``gibbs``), likewise.
 
     Raises
     ------
@@ -83,6 +85,12 @@ def tell_many(
     if not (len(states) == len(proposals) == len(logdensities)):
         raise ValueError("states, proposals and log densities must have the same length")
     adapt: Adapt[Any, Any] | None = sampler.metropolis_adapt
+    if sampler.tell_draw is not None:
+        drawn = conditional_draws if conditional_draws is not None else [None] * len(states)
+        return [
+            tell_one(sampler, s, params, p, float(v), draw=d)
+            for s, p, v, d in zip(states, proposals, logdensities, drawn, strict=True)
+        ]
     if sampler.tell_parts is not None:
         told = parts if parts is not None else [None] * len(states)
         return [

@@ -49,12 +49,25 @@ MAX_OPTION_INT = 2**53
 
 
 def _check_type(name: str, value: Any, annotation: Any) -> Any:
-    """Coerce ``value`` to ``annotation`` (bool, int, float, str, Literal, Optional)."""
+    """Coerce ``value`` to ``annotation`` (bool, int, float, str, Literal, Optional; a
+    list as ``tuple[T, ...]``; an object as a frozen dataclass, :func:`_check_record`).
+    A nested value's errors name it by its path: ``blocks.1.indices.0``."""
     origin = typing.get_origin(annotation)
+    if origin is tuple:
+        (item, ellipsis) = typing.get_args(annotation)
+        assert ellipsis is Ellipsis, "options are tuples of one type"
+        if not isinstance(value, list | tuple):
+            raise OptionError(name, "must be a list")
+        return tuple(_check_type(f"{name}.{i}", v, item) for i, v in enumerate(value))
+    if dataclasses.is_dataclass(annotation):
+        return _check_record(name, value, annotation)  # type: ignore[arg-type]
     if origin in (typing.Union, types.UnionType):
         args = typing.get_args(annotation)
         if value is None and type(None) in args:
             return None
+        options = [arg for arg in args if arg is not type(None)]
+        if len(options) == 1:  # T | None: T's own error, naming a nested value by its path
+            return _check_type(name, value, options[0])
         errors = []
         for arg in args:
             if arg is type(None):
@@ -93,6 +106,36 @@ def _check_type(name: str, value: Any, annotation: Any) -> Any:
             raise OptionError(name, "must be a string")
         return value
     raise OptionError(name, f"unsupported option type {annotation!r}")  # pragma: no cover
+
+
+def _check_record(name: str, value: Any, cls: type) -> Any:
+    """An object of options as the frozen dataclass ``cls`` (its fields with defaults may
+    be left out; unknown keys are refused). Its ``__post_init__`` may raise
+    :class:`OptionError` naming a field, which is then named by its path."""
+    if not isinstance(value, Mapping):
+        raise OptionError(name, "must be an object")
+    hints = typing.get_type_hints(cls)
+    known = {f.name for f in dataclasses.fields(cls) if f.init}
+    unknown = sorted(set(value) - known)
+    if unknown:
+        raise OptionError(
+            f"{name}.{unknown[0]}", f"unknown field; known fields are {sorted(known)}"
+        )
+    values = {k: _check_type(f"{name}.{k}", v, hints[k]) for k, v in value.items()}
+    try:
+        return cls(**values)
+    except OptionError as exc:
+        raise OptionError(f"{name}.{exc.option}", exc.message) from None
+    except TypeError:  # a required field left out
+        missing = sorted(
+            f.name
+            for f in dataclasses.fields(cls)
+            if f.init
+            and f.name not in values
+            and f.default is dataclasses.MISSING
+            and f.default_factory is dataclasses.MISSING
+        )
+        raise OptionError(f"{name}.{missing[0]}" if missing else name, "is required") from None
 
 
 def parse_params(cls: type, options: Mapping[str, Any], **fixed: Any) -> Any:

@@ -35,6 +35,7 @@ from kameleon.core.linalg import single_threaded_blas
 from kameleon.core.memory import describe, inprocess_bytes
 from kameleon.core.runner import (
     ChainResult,
+    ConditionalFn,
     EvaluateMany,
     LogDensityFn,
     Runner,
@@ -78,6 +79,7 @@ def run_chain(
     chain: int,
     initial_radius: float | None = None,
     max_initial_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    conditionals: Mapping[int, ConditionalFn] | None = None,
 ) -> ChainResult:
     """Run one chain of ``sampler`` for ``n_iterations`` transitions after its initial point.
 
@@ -105,6 +107,9 @@ def run_chain(
     max_initial_attempts
         A drawn starting point whose log density is ``-inf`` is replaced by the next
         draw, up to this many points in all.
+    conditionals
+        For ``gibbs``, a draw function for each conditional block, keyed by the block's
+        place in ``blocks`` (:data:`core.runner.ConditionalFn`).
 
     Raises
     ------
@@ -123,6 +128,7 @@ def run_chain(
             chain=chain,
             initial_radius=initial_radius,
             max_initial_attempts=max_initial_attempts,
+            conditionals=conditionals,
         )
         runner.advance(n_iterations)
     return runner.result()
@@ -143,6 +149,7 @@ def sample(
     options: Mapping[str, Any] | None = None,
     stop: StopRule | Mapping[str, Any] | None = None,
     warn: bool = True,
+    conditionals: Mapping[int, ConditionalFn] | None = None,
 ) -> FloatArray:
     """Draws from the density ``exp(logdensity_fn)`` on ``R^dim``: the post-warm-up
     draws of :func:`sample_chains`, shape ``(chains, draws, dim)``; see there for the
@@ -161,6 +168,7 @@ def sample(
         options=options,
         stop=stop,
         warn=warn,
+        conditionals=conditionals,
     )
     return np.stack([r.draws[warmup:] for r in results])
 
@@ -182,6 +190,7 @@ def sample_chains(
     warn: bool = True,
     evaluate_many: EvaluateMany | None = None,
     max_bytes: int | None = None,
+    conditionals: Mapping[int, ConditionalFn] | None = None,
 ) -> list[ChainResult]:
     """Every chain of :func:`sample`'s run, warm-up included: one :class:`ChainResult`
     per chain, with what each transition told, accepted and cached (the parameters are
@@ -236,6 +245,13 @@ def sample_chains(
         Refuse, before allocating, a run whose memory (:func:`core.memory.inprocess_bytes`,
         the service's model of a chain plus the recorded rows) would pass this; default
         :func:`memory_limit`.
+    conditionals
+        For ``gibbs`` with conditional blocks: ``{block: draw}``, one function per
+        conditional block, keyed by its place in the ``blocks`` option, called as
+        ``draw(x, rng)`` with the chain's current point ``x`` (read-only) and a numpy
+        generator seeded from the chain's seed, iteration and step; it returns the
+        block's values drawn from their full conditional, in the block's order. The
+        log density is then evaluated at the point they make.
 
     Returns
     -------
@@ -286,6 +302,7 @@ def sample_chains(
                 initial_radius=initial_radius,
                 max_initial_attempts=max_initial_attempts,
                 evaluate_many=evaluate_many,
+                conditionals=conditionals,
             )
 
         runners = [runner(c) for c in range(chains)]

@@ -3,7 +3,7 @@ sampler advanced side by side (:func:`advance_together`), as :mod:`core.run` run
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,13 +17,23 @@ from kameleon.core.base import (
     Sampler,
     StepInfo,
     frozen_array,
+    takes_steps,
     tell_one,
     transition_stats,
 )
 from kameleon.core.batch import accept_block, ask_many, tell_many
 from kameleon.core.initial import DEFAULT_MAX_ATTEMPTS, initial_point, redraw, start_radius
+from kameleon.core.rng import Stream, fresh_generator, substream
 
-__all__ = ["ChainResult", "EvaluateMany", "LogDensityFn", "Runner", "advance_together"]
+__all__ = [
+    "ChainResult",
+    "ConditionalFn",
+    "EvaluateMany",
+    "LogDensityFn",
+    "Runner",
+    "advance_together",
+    "check_conditionals",
+]
 
 LogDensityFn = Callable[..., Any]
 """The log density at a point, a float; for a sampler that needs gradients
@@ -31,6 +41,11 @@ LogDensityFn = Callable[..., Any]
 target in parts (``sgld``), ``f(x, minibatch)`` gives the four ``(log prior, log
 likelihood, prior gradient, likelihood gradient)``, the likelihood's the sum over the
 minibatch's data points (:class:`core.base.Parts`)."""
+ConditionalFn = Callable[[FloatArray, np.random.Generator], npt.ArrayLike]
+"""A draw of one block from its full conditional (``gibbs``): ``draw(x, rng)`` with ``x``
+the chain's current point (read-only, every coordinate) and ``rng`` a numpy generator
+seeded from the chain's seed, the iteration and the step (a run replays), returns the
+block's values in the block's order."""
 #: Evaluates the log density at every chain's proposal of one iteration at once (in
 #: parallel, or in one vectorised call); the values in the order of the points.
 EvaluateMany = Callable[[list[FloatArray]], list[float]]
@@ -92,8 +107,10 @@ class Runner:
         initial_radius: float | None = None,
         max_initial_attempts: int = DEFAULT_MAX_ATTEMPTS,
         evaluate_many: EvaluateMany | None = None,
+        conditionals: Mapping[int, ConditionalFn] | None = None,
     ) -> None:
         self.sampler, self.params, self.logdensity_fn = sampler, params, logdensity_fn
+        self.conditionals = check_conditionals(sampler, params, conditionals)
         self.evaluate_many = evaluate_many
         radius = start_radius(initial is not None, initial_radius)
         if max_initial_attempts < 1:
@@ -178,7 +195,7 @@ def advance_together(runners: Sequence[Runner], transitions: int) -> None:
     if not runners:
         return
     first_sampler = runners[0].sampler
-    if first_sampler.tell_gradient is not None or first_sampler.tell_parts is not None:
+    if takes_steps(first_sampler) or first_sampler.tell_parts is not None:
         for runner in runners:
             _advance_with_gradients(runner, transitions)
         return
@@ -262,6 +279,44 @@ def evaluate_parts(
     return sampler.parts_value(params, parts), None, parts
 
 
+def check_conditionals(
+    sampler: Sampler[Any, Any], params: Any, conditionals: Mapping[int, ConditionalFn] | None
+) -> dict[int, ConditionalFn]:
+    """``conditionals`` checked against the sampler's conditional blocks (``gibbs``):
+    one draw function for each, keyed by the block's place in ``blocks``
+    (a ``ValueError`` naming what is missing or extra)."""
+    given = dict(conditionals or {})
+    wanted: set[int] = set()
+    if sampler.conditional_indices is not None:
+        blocks = getattr(params, "blocks", None) or ()
+        wanted = {b for b, block in enumerate(blocks) if block.conditional}
+    if missing := sorted(wanted - set(given)):
+        raise ValueError(
+            f"block {missing[0]} is conditional: give conditionals={{{missing[0]}: draw}}, "
+            "draw(x, rng) returning the block's values drawn from its full conditional"
+        )
+    if extra := sorted(set(given) - wanted):
+        raise ValueError(f"conditionals: block {extra[0]} is not a conditional block")
+    return given
+
+
+def _conditional(runner: Runner, state: Any, proposal: Proposal) -> tuple[FloatArray, float]:
+    """The client's part of a conditional proposal, in process: the block drawn by its
+    function and the log density at the point it makes."""
+    assert proposal.block is not None and proposal.indices is not None
+    rng = fresh_generator(
+        state.seed, state.chain, proposal.iteration, substream(Stream.MIX, proposal.step)
+    )
+    draw = np.asarray(
+        runner.conditionals[proposal.block](proposal.position, rng), dtype=np.float64
+    ).reshape(-1)
+    point = np.array(proposal.position)
+    if draw.shape == (len(proposal.indices),):
+        point[list(proposal.indices)] = draw
+    point.flags.writeable = False
+    return draw, float(runner.logdensity_fn(point))
+
+
 def _advance_with_gradients(runner: Runner, transitions: int) -> None:
     """:func:`advance_together` for one chain of a sampler whose transitions need
     several evaluations with gradients: every evaluation in turn, a draw recorded at
@@ -272,8 +327,15 @@ def _advance_with_gradients(runner: Runner, transitions: int) -> None:
     try:
         while done < transitions:
             proposal = sampler.ask(state, params)
-            value, gradient, parts = evaluate_parts(sampler, params, fn, proposal)
-            state, info = tell_one(sampler, state, params, proposal, value, gradient, parts)
+            draw: FloatArray | None = None
+            if proposal.kind == "conditional":
+                draw, value = _conditional(runner, state, proposal)
+                gradient, parts = None, None
+            else:
+                value, gradient, parts = evaluate_parts(sampler, params, fn, proposal)
+            state, info = tell_one(
+                sampler, state, params, proposal, value, gradient, parts, draw=draw
+            )
             if info.outcome != "step":
                 runner.record(runner.n + done, value, state, info)
                 done += 1

@@ -32,7 +32,8 @@ log = logging.getLogger("kameleon.client")
 #: Where the clients look without a ``url`` (and without ``KAMELEON_URL``).
 DEFAULT_URL = "http://127.0.0.1:8000"
 
-#: A result to tell: ``{"id": ..., "log_density": ..., "gradient": [...]}`` or the pair
+#: A result to tell: ``{"id": ..., "log_density": ..., "gradient": [...]}`` (with
+#: ``"draw": [...]`` at a ``gibbs`` conditional proposal) or the pair
 #: ``(id, log_density)``. A log density of ``-inf`` or ``None`` is outside the support.
 TellInput = Mapping[str, Any] | tuple[str, float | None]
 
@@ -101,6 +102,8 @@ def _results(results: Sequence[TellInput]) -> list[dict[str, Any]]:
             }
             if r.get("gradient") is not None:
                 item["gradient"] = [float(g) for g in r["gradient"]]
+            if r.get("draw") is not None:  # gibbs: a conditional block's draw
+                item["draw"] = [float(v) for v in r["draw"]]
             out.append(item)
     return out
 

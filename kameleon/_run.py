@@ -40,6 +40,7 @@ class _Run:
     names: list[str]
     options: dict[str, Any]
     progress: bool
+    conditionals: dict[int, Any] = field(default_factory=dict)
 
 
 @dataclass

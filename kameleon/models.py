@@ -208,9 +208,16 @@ class Proposal:
     kind: str
     x: list[float]
     lease_expires_at: datetime | None = None
+    #: The evaluation's place in its transition (from 0).
+    step: int = 0
+    #: Kind ``"conditional"`` (``gibbs``): the block to draw from its full conditional
+    #: at ``x``, by its place in the ``blocks`` option, and its coordinates.
+    block: int | None = None
+    indices: list[int] | None = None
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> Proposal:
+        block, indices = doc.get("block"), doc.get("indices")
         return cls(
             id=str(doc["id"]),
             chain=int(doc["chain"]),
@@ -218,6 +225,9 @@ class Proposal:
             kind=str(doc.get("kind", "proposal")),
             x=[float(v) for v in doc["x"]],
             lease_expires_at=_time(doc.get("lease_expires_at")),
+            step=int(doc.get("step", 0)),
+            block=None if block is None else int(block),
+            indices=None if indices is None else [int(k) for k in indices],
         )
 
 

@@ -9,12 +9,13 @@ import sys
 import threading
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 from threadpoolctl import threadpool_limits
 
 from kameleon._protocol import UNSET
@@ -28,7 +29,9 @@ from kameleon._run import (
 )
 from kameleon.client import Client
 from kameleon.core.checks import Finding, StopRule
+from kameleon.core.rng import Stream, fresh_generator, substream
 from kameleon.core.run import Interrupted
+from kameleon.core.runner import ConditionalFn
 from kameleon.errors import Conflict
 from kameleon.models import Finding as ServiceFinding
 from kameleon.models import Proposal, Session
@@ -82,6 +85,7 @@ def served(
                 parallel=parallel,
                 lease_seconds=lease_seconds,
                 names=run.names,
+                conditionals=Conditionals(run.seed, run.conditionals),
             )
         except KeyboardInterrupt:  # before the workers started: the session is there
             result = session_result(client, session_id, chains=run.chains, names=run.names)
@@ -101,6 +105,7 @@ def served_session(
     retry_seconds: float,
     progress: bool,
     extend: tuple[int, StopRule | None] | None = None,
+    conditionals: Mapping[int, ConditionalFn] | None = None,
 ) -> Result:
     """Join an existing session: ``workers`` more workers on it, until it is done; with
     ``extend`` (draws per chain after warm-up, and a stopping rule or ``None`` to keep
@@ -127,6 +132,7 @@ def served_session(
             parallel=parallel,
             lease_seconds=lease_seconds,
             names=None,
+            conditionals=Conditionals(session.seed, dict(conditionals or {})),
         )
 
 
@@ -161,9 +167,11 @@ def _drive(
     parallel: str,
     lease_seconds: float,
     names: list[str] | None,
+    conditionals: Conditionals | None = None,
 ) -> Result:
     """Run the workers on the session until it is done; its result. Interrupted
     (Ctrl-C), the result so far, with a warning that says how to go on."""
+    drawing = conditionals if conditionals is not None else Conditionals(0, {})
     state = _Shared(bar=_Progress(total, progress and total > 0))
     pool: Executor | None = (
         ProcessPoolExecutor(max_workers=workers, initializer=single_threaded_worker)
@@ -174,7 +182,7 @@ def _drive(
     threads = [
         threading.Thread(
             target=_worker,
-            args=(connect, session_id, logdensity, pool, batch, lease_seconds, state),
+            args=(connect, session_id, logdensity, pool, batch, lease_seconds, state, drawing),
             name=f"kameleon-worker-{w}",
             daemon=True,
         )
@@ -336,6 +344,7 @@ def _worker(
     batch: int,
     lease_seconds: float,
     state: _Shared,
+    conditionals: Conditionals,
 ) -> None:
     """Ask, evaluate, step, until the session is done or the run stops; stopped, hand
     back the proposals it holds."""
@@ -358,7 +367,7 @@ def _worker(
                             session_id, max=batch, lease_seconds=lease_seconds, wait_seconds=1.0
                         )
                         continue
-                    results = _evaluate(answer.proposals, logdensity, pool, state)
+                    results = _evaluate(answer.proposals, logdensity, pool, state, conditionals)
                     answer = _step(client, session_id, results, batch, lease_seconds, state)
             except _Stop:
                 pass
@@ -378,17 +387,54 @@ def _hand_back(client: Client, session_id: str, proposals: list[Proposal]) -> No
         client.release_leases(session_id, [p.id for p in proposals])
 
 
+@dataclass(frozen=True)
+class Conditionals:
+    """The draw functions of a ``gibbs`` session's conditional blocks, by block, and the
+    session's seed, which seeds each draw's generator as the in-process runner does
+    (:func:`kameleon.core.runner.ConditionalFn`): a run through a service draws what
+    the same run in process draws."""
+
+    seed: int
+    draws: Mapping[int, ConditionalFn]
+
+    def draw(self, p: Proposal) -> tuple[list[float], npt.NDArray[np.float64]]:
+        """The block's draw at ``p``, and the point it makes."""
+        if p.block is None or p.indices is None or p.block not in self.draws:
+            raise ValueError(
+                f"proposal {p.id} asks for a draw of block {p.block} from its full "
+                f"conditional: give conditionals={{{p.block}: draw}} to kameleon.sample"
+            )
+        x = np.array(p.x, dtype=np.float64)
+        x.flags.writeable = False
+        rng = fresh_generator(self.seed, p.chain, p.iteration, substream(Stream.MIX, p.step))
+        draw = np.asarray(self.draws[p.block](x, rng), dtype=np.float64).reshape(-1)
+        point = np.array(x)
+        if draw.size == len(p.indices):
+            point[p.indices] = draw
+        point.flags.writeable = False
+        return draw.tolist(), point
+
+
 def _evaluate(
-    proposals: list[Proposal], logdensity: LogDensity, pool: Executor | None, state: _Shared
+    proposals: list[Proposal],
+    logdensity: LogDensity,
+    pool: Executor | None,
+    state: _Shared,
+    conditionals: Conditionals | None = None,
 ) -> list[Any]:
     """Each proposal's result: ``(id, log density)``, or the result with its gradient
-    when the log density returns the pair ``(log density, gradient)``."""
+    when the log density returns the pair ``(log density, gradient)``; at a conditional
+    proposal (``gibbs``), with the block's draw from ``conditionals``."""
     results: list[Any] = []
     for p in proposals:
         if state.stop.is_set():
             raise _Stop
-        x = np.array(p.x, dtype=np.float64)
-        x.flags.writeable = False
+        drawn: list[float] | None = None
+        if p.kind == "conditional":
+            drawn, x = (conditionals or Conditionals(0, {})).draw(p)
+        else:
+            x = np.array(p.x, dtype=np.float64)
+            x.flags.writeable = False
         told = pool.submit(logdensity, x).result() if pool is not None else logdensity(x)
         gradient = None
         if isinstance(told, tuple) and len(told) == 2:
@@ -396,12 +442,18 @@ def _evaluate(
         value = -math.inf if told is None else float(told)
         if math.isnan(value) or value == math.inf:
             raise ValueError(f"the log density at {x.tolist()} is {value}; it must be < +inf")
-        if gradient is None:
+        if drawn is not None:
+            results.append({"id": p.id, "draw": drawn, "log_density": _json_value(value)})
+        elif gradient is None:
             results.append((p.id, value))
         else:
             g = np.asarray(gradient, dtype=np.float64).reshape(-1).tolist()
             results.append({"id": p.id, "log_density": value, "gradient": g})
     return results
+
+
+def _json_value(value: float) -> float | None:
+    return value if math.isfinite(value) else None
 
 
 def _result_id(result: Any) -> str:

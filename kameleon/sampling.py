@@ -27,7 +27,7 @@ from kameleon.core.diagnostics import ParameterSummary
 from kameleon.core.evidence import Evidence
 from kameleon.core.initial import DEFAULT_MAX_ATTEMPTS
 from kameleon.core.run import assess_results, sample_chains
-from kameleon.core.runner import EvaluateMany
+from kameleon.core.runner import ConditionalFn, EvaluateMany
 from kameleon.models import ChainDiagnostics, Diagnostics, EvidenceSummary, ParameterDiagnostics
 from kameleon.result import Result
 
@@ -84,6 +84,7 @@ def sample(
     extend: bool = False,
     vectorize: bool = False,
     max_bytes: int | None = None,
+    conditionals: Mapping[int, ConditionalFn] | None = None,
     **options: Any,
 ) -> Result:
     """Draws from the density ``exp(logdensity)``, in process or through a service.
@@ -162,6 +163,15 @@ def sample(
         In process: refuse, before allocating, a run that would need more memory than
         this (estimated as the service estimates a session); default half the
         machine's memory.
+    conditionals
+        For ``gibbs`` with conditional blocks (``blocks=[{"indices": [0, 1],
+        "conditional": True}, ...]``): ``{block: draw}``, one function per conditional
+        block, keyed by its place in ``blocks``. ``draw(x, rng)`` gets the chain's
+        current point ``x`` (read-only, every coordinate) and a numpy generator seeded
+        from the seed, the chain, the iteration and the step (so that a run replays, in
+        process or through a service alike), and returns the block's values drawn from
+        their full conditional, in the block's order; ``logdensity`` is then evaluated
+        at the point they make.
     **options
         The algorithm's options, e.g. ``preconditioning="dense"``.
 
@@ -209,6 +219,7 @@ def sample(
                 extend=(iterations, StopRule.of(stop) if stop is not None else None)
                 if extend
                 else None,
+                conditionals=conditionals,
             )
         )
     if vectorize and url is not None:
@@ -239,6 +250,7 @@ def sample(
         names=names,
         options=options,
         progress=progress,
+        conditionals=dict(conditionals or {}),
     )
     if url is None:
         result = _in_process(run, workers, parallel, vectorize, max_bytes)
@@ -326,6 +338,7 @@ def _in_process(
             warn=False,  # checked below, with the run's names and one summary
             evaluate_many=many,
             max_bytes=max_bytes,
+            conditionals=run.conditionals,
         )
     except BaseException:
         bar.close()

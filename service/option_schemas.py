@@ -70,6 +70,10 @@ def _put(docs: dict[str, str], names: str | None, text: list[str]) -> None:
 
 def _type_schema(annotation: Any) -> dict[str, Any]:
     origin = typing.get_origin(annotation)
+    if origin is tuple:
+        return {"type": "array", "items": _type_schema(typing.get_args(annotation)[0])}
+    if dataclasses.is_dataclass(annotation):
+        return _record_schema(annotation)  # type: ignore[arg-type]
     if origin in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(annotation) if a is not type(None)]
         (only,) = args  # options are T or T | None
@@ -78,6 +82,34 @@ def _type_schema(annotation: Any) -> dict[str, Any]:
         return {"type": "string", "enum": list(typing.get_args(annotation))}
     simple = {bool: "boolean", int: "integer", float: "number", str: "string"}
     return {"type": simple[annotation]}
+
+
+def _record_schema(cls: type) -> dict[str, Any]:
+    """An object option (a frozen dataclass of its own, as ``gibbs``'s blocks): its
+    fields, their defaults and their docstring entries; those without a default are
+    required."""
+    hints = typing.get_type_hints(cls)
+    docs = option_docs(cls)
+    properties: dict[str, Any] = {}
+    required = []
+    for field in dataclasses.fields(cls):
+        if not field.init:
+            continue
+        prop = _type_schema(hints[field.name])
+        if field.default is not dataclasses.MISSING:
+            prop["default"] = field.default
+        else:
+            required.append(field.name)
+        prop["description"] = docs.get(field.name, "")
+        properties[field.name] = prop
+    schema: dict[str, Any] = {
+        "type": "object",
+        "properties": properties,
+        "additionalProperties": False,
+    }
+    if required:
+        schema["required"] = required
+    return schema
 
 
 def options_schema(algorithm: str, sampler: Sampler[Any, Any]) -> dict[str, Any]:

@@ -48,12 +48,18 @@ class ProposalOut(BaseModel):
     id: str
     chain: int
     iteration: int
-    kind: Literal["init", "proposal", "leapfrog", "gradient_check", "minibatch"] = Field(
-        description="init: a chain's initial point; proposal: a transition's (last) "
-        "point; leapfrog and gradient_check: an evaluation within a transition that "
-        "needs several (a point of a Hamiltonian trajectory; a point of the "
-        "finite-difference check of the told gradients), told like any other; "
-        "minibatch: `sgld`'s evaluation of a minibatch at the chain's current point."
+    kind: Literal["init", "proposal", "leapfrog", "gradient_check", "minibatch", "conditional"] = (
+        Field(
+            description="init: a chain's initial point; proposal: a transition's (last) "
+            "point, or for `gibbs` a block's Metropolis-Hastings proposal; leapfrog and "
+            "gradient_check: an evaluation within a transition that "
+            "needs several (a point of a Hamiltonian trajectory; a point of the "
+            "finite-difference check of the told gradients), told like any other; "
+            "minibatch: `sgld`'s evaluation of a minibatch at the chain's current point; "
+            "conditional: `gibbs` asks the client to draw the block `block` (coordinates "
+            "`indices`) from its full conditional at `x`, the chain's current point, and to "
+            "tell the draw with the log density at the point it makes."
+        )
     )
     step: int = Field(
         description="The evaluation's place in its transition (from 0); 0 for samplers "
@@ -64,6 +70,16 @@ class ProposalOut(BaseModel):
         None,
         description="`sgld`: the indices (from 0, sorted, without repeats) of the data "
         "points whose log likelihood is asked for, at `x`; null for the other algorithms.",
+    )
+    block: int | None = Field(
+        None,
+        description="kind conditional (`gibbs`): the block to draw, by its place in the "
+        "`blocks` option (from 0); null for every other kind.",
+    )
+    indices: list[int] | None = Field(
+        None,
+        description="kind conditional (`gibbs`): the block's coordinates (from 0), in the "
+        "order in which its draw is told; null for every other kind.",
     )
     lease_expires_at: datetime
 
@@ -120,6 +136,13 @@ class TellResult(RequestModel):
         description="The log prior's gradient at the point, `dim` finite numbers: "
         "required by `sgld`, and by a gradient algorithm told in parts when "
         "`prior_power` is not 1 (then `gradient` is the log likelihood's).",
+    )
+    draw: list[Any] | None = Field(
+        None,
+        description="For a proposal of kind conditional (`gibbs`), and required there: "
+        "the block's values drawn from its full conditional, finite numbers in the order "
+        "of the proposal's `indices`; `log_density` is then the log density at `x` with "
+        "the block replaced by them, a finite number. Refused on every other proposal.",
     )
 
 

@@ -23,7 +23,15 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from kameleon.core.base import FloatArray, Parts, Proposal, StepInfo, tell_one, transition_stats
+from kameleon.core.base import (
+    FloatArray,
+    Parts,
+    Proposal,
+    StepInfo,
+    takes_steps,
+    tell_one,
+    transition_stats,
+)
 from kameleon.core.batch import tell_many
 from kameleon.core.initial import redraw
 from kameleon.core.serialization import Memo, cold_changed
@@ -42,20 +50,23 @@ __all__ = [
     "classify",
     "decide",
     "plan_chain",
+    "recorded",
     "transition",
 ]
 
 
 class Told(NamedTuple):
     """One told result: its place in the request, its proposal id, its value, its
-    gradient for a sampler that needs one, and the target's parts for a sampler told
-    them (``sgld``; :class:`core.base.Evaluation`)."""
+    gradient for a sampler that needs one, the target's parts for a sampler told
+    them (``sgld``; :class:`core.base.Evaluation`), and the client's draw at a
+    conditional proposal (``gibbs``)."""
 
     at: int
     pid: ProposalId
     value: float
     gradient: FloatArray | None = None
     parts: Parts | None = None
+    draw: FloatArray | None = None
 
 
 class Classified(NamedTuple):
@@ -104,7 +115,8 @@ def classify(
     chain's outstanding proposal, whose ``step`` says how many of its transition's were
     told), a result for an evaluation applied before is a ``duplicate`` without its value
     compared: the store keeps a transition's last value only, and not which step was
-    its last."""
+    its last. A sampler that remembers what was told for some of them
+    (``told_record``) has a retry of one of those compared with it, draw and value."""
     state, init_value = chain.state, chain.init_value
     steps = outstanding is not None
     outcomes: dict[int, str] = {}
@@ -113,8 +125,13 @@ def classify(
     apply: Told | None = None
     for t in told:
         pid, value = t.pid, t.value
+        record = recorded(meta, chain, pid) if steps else None
         if apply is not None and pid == apply.pid:
-            verdict = "duplicate" if _same(apply.value, value) else "conflict"
+            same = _same(apply.value, value) and _same_draw(apply.draw, t.draw)
+            verdict = "duplicate" if same else "conflict"
+        elif record is not None:
+            same = _same(record[0], value) and _same_draw(record[1], t.draw)
+            verdict = "duplicate" if same else "conflict"
         elif pid.step and not steps:
             verdict = "conflict"  # never issued: this sampler evaluates once per transition
         elif pid.iteration == 0:
@@ -184,17 +201,25 @@ def transition(
     values = [t.value for t in told]
     gradients = [t.gradient for t in told]
     parts = [t.parts for t in told]
+    draws = [t.draw for t in told]
     states = [ch.state for ch in chains]
     try:
         return tell_many(
-            sampler, states, params, proposals, values, gradients=gradients, parts=parts
+            sampler,
+            states,
+            params,
+            proposals,
+            values,
+            gradients=gradients,
+            parts=parts,
+            conditional_draws=draws,
         )
     except Exception:
         return [
             guarded(
                 ch.chain,
                 lambda ch=ch, p=p, t=t: tell_one(  # type: ignore[misc]
-                    sampler, ch.state, params, p, t.value, t.gradient, t.parts
+                    sampler, ch.state, params, p, t.value, t.gradient, t.parts, t.draw
                 ),
             )
             for ch, p, t in zip(chains, proposals, told, strict=True)
@@ -219,7 +244,7 @@ def decide(
     any result is a conflict or needs history, nothing is stepped: the request is
     refused, or decided again.
     """
-    steps = meta.sampler.tell_gradient is not None  # transitions of several evaluations
+    steps = takes_steps(meta.sampler)  # transitions of several evaluations
     judged = {
         c: classify(
             meta,
@@ -383,3 +408,21 @@ def chain_active(meta: SessionMeta, state: Any, init_value: float | None) -> boo
 
 def _same(a: float, b: float) -> bool:
     return a == b or (math.isnan(a) and math.isnan(b))
+
+
+def _same_draw(a: FloatArray | None, b: FloatArray | None) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    return a.tobytes() == b.tobytes()
+
+
+def recorded(
+    meta: SessionMeta, chain: ChainView, pid: ProposalId
+) -> tuple[float, FloatArray | None] | None:
+    """The value and draw told for the evaluation ``pid`` that ``chain``'s state
+    remembers (``Sampler.told_record``; ``None`` when it does not)."""
+    lookup = meta.sampler.told_record
+    state = chain.state
+    if lookup is None or pid.epoch != state.epoch or pid.iteration == 0:
+        return None
+    return lookup(state, meta.params, pid.iteration, pid.step)

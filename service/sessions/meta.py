@@ -192,6 +192,15 @@ def new_meta(body: SessionCreate, owner: str, settings: Settings) -> SessionMeta
             "without gradients",
             field="pseudo_marginal",
         )
+    if body.pseudo_marginal and any(
+        block.conditional for block in (getattr(params, "blocks", None) or ())
+    ):
+        raise Invalid(
+            f"{body.algorithm} with conditional blocks takes draws from exact full "
+            "conditionals, which an unbiased estimate of the density does not give: "
+            "pseudo_marginal needs every block updated by Metropolis-Hastings",
+            field="pseudo_marginal",
+        )
     stop = None
     if body.stop is not None and sampler.weighted:
         raise Invalid(

@@ -238,7 +238,7 @@ class Stepper:
                 await self._read_history(meta, decided.missing, history)
                 continue
             if decided.conflicts:
-                raise refusal(decided.conflicts, ids, by_chain, current)
+                raise refusal(meta, decided.conflicts, ids, by_chain, current)
             result = await self.store.apply(
                 meta.id,
                 decided.updates,
@@ -312,6 +312,8 @@ class Stepper:
             "step": proposal.step,
             "x": proposal.position,
             "minibatch": None if proposal.minibatch is None else list(proposal.minibatch),
+            "block": proposal.block,
+            "indices": None if proposal.indices is None else list(proposal.indices),
             "lease_expires_at": iso(lease_until),
         }
 

@@ -12,7 +12,7 @@ import numpy as np
 from kameleon.core.base import FloatArray, Parts
 from kameleon.service.ids import parse_id
 from kameleon.service.sessions.chains import ChainView
-from kameleon.service.sessions.decide import Told
+from kameleon.service.sessions.decide import Told, recorded
 from kameleon.service.sessions.errors import Conflict, Invalid
 from kameleon.service.sessions.meta import SessionMeta
 
@@ -35,10 +35,13 @@ class Result(Protocol):
     @property
     def prior_gradient(self) -> Sequence[Any] | None: ...
     @property
+    def draw(self) -> Sequence[Any] | None: ...
+    @property
     def model_fields_set(self) -> set[str]: ...
 
 
 def refusal(
+    meta: SessionMeta,
     refused: Sequence[int],
     ids: Sequence[str],
     by_chain: dict[int, list[Told]],
@@ -51,10 +54,12 @@ def refusal(
     reasons = []
     for at in refused:
         pid = told[at].pid
-        state = current[pid.chain].state
+        chain = current[pid.chain]
+        state = chain.state
         answered = pid.epoch == state.epoch and (
             pid.iteration <= state.iteration if pid.iteration else state.logdensity is not None
         )
+        answered = answered or recorded(meta, chain, pid) is not None
         why = (
             "was told before with another value; the first value stands"
             if answered
@@ -78,6 +83,38 @@ def _same_value(a: float, b: float) -> bool:
     return a == b or (a != a and b != b)
 
 
+def _same_draw(a: FloatArray | None, b: FloatArray | None) -> bool:
+    if a is None or b is None:
+        return a is b
+    return a.tobytes() == b.tobytes()
+
+
+def _draw(
+    meta: SessionMeta, i: int, result: Result, iteration: int, step: int
+) -> FloatArray | None:
+    """The client's draw told for a conditional proposal (``gibbs``), checked: required
+    there, with as many finite numbers as the block has coordinates, and a finite log
+    density at the point it makes; refused with every other proposal (a told ``draw``
+    that is not used would hide a client's mistake)."""
+    lookup = meta.sampler.conditional_indices
+    indices = None if lookup is None or iteration == 0 else lookup(meta.params, step)
+    field = f"results.{i}.draw"
+    if indices is None:
+        if result.draw is not None:
+            raise Invalid(
+                f"results[{i}].draw: only a proposal of kind conditional takes a draw",
+                field=field,
+            )
+        return None
+    if result.draw is None:
+        raise Invalid(
+            f"results[{i}].draw: a proposal of kind conditional needs the block's draw from "
+            f"its full conditional: a list of {len(indices)} numbers",
+            field=field,
+        )
+    return _vector(meta, i, "draw", result.draw, size=len(indices), what="")
+
+
 def _nan(dim: int) -> FloatArray:
     out = np.full(dim, math.nan)
     out.flags.writeable = False
@@ -88,13 +125,22 @@ def _nan(dim: int) -> FloatArray:
 _UNUSED: dict[int, FloatArray] = {}
 
 
-def _vector(meta: SessionMeta, i: int, name: str, values: Sequence[Any]) -> FloatArray:
-    """A told list of ``dim`` finite numbers as an array (:class:`Invalid` naming
-    ``results.i.name`` or its offending coordinate otherwise)."""
+def _vector(
+    meta: SessionMeta,
+    i: int,
+    name: str,
+    values: Sequence[Any],
+    *,
+    size: int | None = None,
+    what: str = " where the log density is",
+) -> FloatArray:
+    """A told list of ``size`` (default ``dim``) finite numbers as an array
+    (:class:`Invalid` naming ``results.i.name`` or its offending coordinate otherwise)."""
     field = f"results.{i}.{name}"
-    if len(values) != meta.dim:
+    size = meta.dim if size is None else size
+    if len(values) != size:
         raise Invalid(
-            f"results[{i}].{name} must have {meta.dim} values, not {len(values)}", field=field
+            f"results[{i}].{name} must have {size} values, not {len(values)}", field=field
         )
     if not _NUMBER_TYPES.issuperset(map(type, values)):  # one pass in C; then find it
         for j, v in enumerate(values):
@@ -107,7 +153,7 @@ def _vector(meta: SessionMeta, i: int, name: str, values: Sequence[Any]) -> Floa
     bad = np.flatnonzero(~np.isfinite(vector))
     if bad.size:
         raise Invalid(
-            f"results[{i}].{name}[{bad[0]}] must be finite where the log density is",
+            f"results[{i}].{name}[{bad[0]}] must be finite{what}",
             field=f"{field}.{bad[0]}",
         )
     vector.flags.writeable = False
@@ -290,6 +336,7 @@ def parse(meta: SessionMeta, results: Sequence[Result]) -> list[Told]:
     told = []
     seen: dict[str, int] = {}
     values: list[float] = []
+    draws: list[FloatArray | None] = []
     for i, result in enumerate(results):
         value, parts = _value(meta, i, result)
         values.append(value)
@@ -298,12 +345,22 @@ def parse(meta: SessionMeta, results: Sequence[Result]) -> list[Told]:
             raise Invalid(
                 f"results[{i}].id: {result.id!r} is not a proposal id", field=f"results.{i}.id"
             )
+        draw = _draw(meta, i, result, pid.iteration, pid.step)
+        draws.append(draw)
+        if draw is not None and not value > -math.inf:
+            raise Invalid(
+                f"results[{i}].log_density: a draw from the full conditional is in the "
+                "support: its log density must be a finite number, not -inf or null",
+                field=f"results.{i}.log_density",
+            )
         first = seen.setdefault(result.id, i)
-        if first != i and not _same_value(values[first], value):
+        if first != i and not (
+            _same_value(values[first], value) and _same_draw(draws[first], draw)
+        ):
             raise Conflict(
                 f"results[{i}].id: {result.id!r} is told twice in this request with different "
                 f"values (results[{first}] too); nothing was applied",
                 ids=[result.id],
             )
-        told.append(Told(i, pid, value, _gradient(meta, i, result, value), parts))
+        told.append(Told(i, pid, value, _gradient(meta, i, result, value), parts, draw))
     return told

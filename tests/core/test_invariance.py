@@ -60,6 +60,8 @@ RUNS = {
     "mala": (8, 2000, 6000),
     "hmc": (4, 500, 1000),
     "nuts": (4, 500, 1000),
+    # One coordinate at a time: slow along the banana's bend, which needs more draws.
+    "gibbs": (8, 1000, 4000),
 }
 DEFAULT_RUN = (4, 500, 1000)
 

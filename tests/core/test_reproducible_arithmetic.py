@@ -40,6 +40,8 @@ OPTIONS: dict[str, dict[str, Any]] = {
     # large enough to move: its schedule's pow1 and its noise are on trial.
     "sgld": {"data_size": 1, "step_size": 0.5, "step_offset": 1.0},
     "importance": {"adapt_start": 20},
+    # Metropolis-Hastings blocks only (nothing here draws a conditional), one repeated.
+    "gibbs": {"adapt_start": 20, "blocks": [{"indices": [0]}, {"indices": [2, 1], "speed": 2}]},
 }
 DIM, WARMUP, ITERATIONS, CHAINS = 3, 200, 300, 2
 

@@ -87,6 +87,7 @@ STABLE_NAMES = {
     "nuts.Point",
     "nuts.Trajectory",
     "importance.State",
+    "gibbs.State",
     "gradient_check.Check",
     "gradient_warmup.DualAveraging",
     "gradient_warmup.MetricWindow",

@@ -11,6 +11,7 @@ from typing import Any
 from kameleon.core.base import Sampler
 from kameleon.core.samplers import (
     am,
+    ensemble,
     hmc,
     importance,
     kameleon,
@@ -37,6 +38,7 @@ SAMPLERS: dict[str, Sampler[Any, Any]] = {
         nuts.SAMPLER,
         sgld.SAMPLER,
         importance.SAMPLER,
+        ensemble.SAMPLER,
     )
 }
 

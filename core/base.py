@@ -341,6 +341,11 @@ class Sampler(Generic[S, P]):
     modes
         ``modes(states)``: for a weighted sampler, the chains grouped by the mode their
         proposals found (:func:`core.assess.mode_findings`).
+    ensemble_size
+        ``ensemble_size(params)``: for a sampler whose chain is an ensemble of walkers
+        updated in turn (``ensemble``), the walkers ``W``: iteration ``t`` records walker
+        ``t mod W``, and the assessment judges the draws as ``W`` interleaved walkers
+        (:mod:`core.autocorr`). ``None``: the draws are one chain's.
     """
 
     name: str
@@ -363,6 +368,7 @@ class Sampler(Generic[S, P]):
         None
     )
     modes: Callable[[Sequence[S]], list[list[int]]] | None = None
+    ensemble_size: Callable[[P], int] | None = None
 
 
 def transition_stats(sampler: Sampler[Any, Any], state: Any) -> tuple[float, ...]:

@@ -51,6 +51,7 @@ from kameleon.core.base import (
     ChainState,
     FloatArray,
     OptionError,
+    Outcome,
     Proposal,
     Sampler,
     StepInfo,
@@ -228,6 +229,7 @@ def tell(
     w = params.size
     k = walker_of(t, w)
     warm = t <= params.warmup
+    outcome: Outcome
     if t < w:  # a walker's starting point
         finite = logdensity != -math.inf
         position = proposal.position if finite else state.walkers[0]
@@ -257,7 +259,7 @@ def tell(
         walkers=walkers,
         walker_logdensities=densities,
     )
-    return new, StepInfo(t, outcome, prob, warm)  # type: ignore[arg-type]
+    return new, StepInfo(t, outcome, prob, warm)
 
 
 def _tell_initial(state: State, params: Params, logdensity: float) -> tuple[State, StepInfo]:

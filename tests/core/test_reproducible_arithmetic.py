@@ -40,6 +40,8 @@ OPTIONS: dict[str, dict[str, Any]] = {
     # large enough to move: its schedule's pow1 and its noise are on trial.
     "sgld": {"data_size": 1, "step_size": 0.5, "step_offset": 1.0},
     "importance": {"adapt_start": 20},
+    # Both moves: the stretch factor's log and the differential evolution's noise.
+    "ensemble": {"de_probability": 0.3},
 }
 DIM, WARMUP, ITERATIONS, CHAINS = 3, 200, 300, 2
 

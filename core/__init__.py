@@ -11,6 +11,7 @@ from typing import Any
 from kameleon.core.base import Sampler
 from kameleon.core.samplers import (
     am,
+    ensemble,
     gibbs,
     hmc,
     importance,
@@ -39,6 +40,7 @@ SAMPLERS: dict[str, Sampler[Any, Any]] = {
         sgld.SAMPLER,
         gibbs.SAMPLER,
         importance.SAMPLER,
+        ensemble.SAMPLER,
     )
 }
 

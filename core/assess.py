@@ -3,7 +3,12 @@ service): per-parameter diagnostics, the warnings, and for importance samples th
 evidence (:mod:`core.evidence`).
 
 Markov chains are judged by :func:`core.diagnostics.summarize` and
-:func:`core.checks.check`. Weighted draws (a sampler whose record says ``weighted``) are
+:func:`core.checks.check`. An ensemble's chain (a sampler whose record gives
+``ensemble_size``) interleaves its walkers: its parameters are summarised with each
+walker's draws as a chain of its own (as ArviZ reads emcee's walkers), whole sweeps
+only; the checks of a chain's own draws (``stuck``, ``chain_mean``) read its walkers
+one after the other; and each parameter gets emcee's integrated autocorrelation time
+(:mod:`core.autocorr`), with the ``short_run`` warning under 50 of them. Weighted draws (a sampler whose record says ``weighted``) are
 not chains: they are weighed against the mixture of every chain's proposal (the
 sampler's ``mixture_log_weights``), and judged by their weights: the Pareto k of their
 tail and their effective sample size.
@@ -18,9 +23,10 @@ from typing import Any
 
 import numpy as np
 
+from kameleon.core.autocorr import MIN_TIMES, by_walker, integrated_time
 from kameleon.core.base import FloatArray, Sampler
 from kameleon.core.checks import Finding, check
-from kameleon.core.diagnostics import ParameterSummary, summarize
+from kameleon.core.diagnostics import MIN_DRAWS, ParameterSummary, summarize
 from kameleon.core.evidence import K_BAD, Evidence, evidence, summaries
 
 __all__ = [
@@ -28,8 +34,11 @@ __all__ = [
     "MIN_IMPORTANCE_ESS",
     "Assessment",
     "assess",
+    "autocorrelation_times",
+    "ensemble_findings",
     "importance_findings",
     "mode_findings",
+    "summaries_of",
 ]
 
 #: An effective sample size of the weights below this warns (``importance_ess``).
@@ -40,12 +49,65 @@ MIN_IMPORTANCE_ESS = 100.0
 class Assessment:
     """Diagnostics per parameter, the warnings, and the evidence of weighted draws
     (``None`` for Markov chains) with the log weights it was computed from, shape
-    ``(chains, draws)``."""
+    ``(chains, draws)``; for an ensemble, each parameter's integrated autocorrelation
+    time in sweeps (``None`` for other samplers, NaN where undefined)."""
 
     summaries: list[ParameterSummary]
     findings: list[Finding]
     evidence: Evidence | None = None
     log_weights: FloatArray | None = None
+    autocorrelation_time: list[float] | None = None
+
+
+def _walkers(sampler: Sampler[Any, Any], params: Any, draws: FloatArray) -> FloatArray | None:
+    """An ensemble's post-warm-up ``draws`` as ``(chains, sweeps, W, dim)``, or ``None``
+    for another sampler."""
+    if sampler.ensemble_size is None:
+        return None
+    return by_walker(draws, sampler.ensemble_size(params), params.warmup + 1)
+
+
+def summaries_of(
+    sampler: Sampler[Any, Any], params: Any, draws: FloatArray, names: Sequence[str]
+) -> list[ParameterSummary]:
+    """:func:`core.diagnostics.summarize` of a Markov sampler's post-warm-up ``draws``
+    (``(chains, draws, dim)``); an ensemble's with each walker's whole sweeps as a chain,
+    once there are :data:`core.diagnostics.MIN_DRAWS` sweeps."""
+    x = np.asarray(draws, dtype=np.float64)
+    walkers = _walkers(sampler, params, x)
+    if walkers is not None and walkers.shape[1] >= MIN_DRAWS:
+        chains, sweeps, w, d = walkers.shape
+        x = walkers.transpose(0, 2, 1, 3).reshape(chains * w, sweeps, d)
+    return list(summarize(x, names))
+
+
+def autocorrelation_times(walkers: FloatArray) -> list[float]:
+    """emcee's integrated autocorrelation time of each parameter of an ensemble's
+    draws, ``(chains, sweeps, W, dim)``: every walker of every chain averaged."""
+    chains, sweeps, w, d = walkers.shape
+    steps = walkers.transpose(1, 0, 2, 3).reshape(sweeps, chains * w, d)
+    return [integrated_time(steps[:, :, i]) for i in range(d)]
+
+
+def ensemble_findings(times: Sequence[float], sweeps: int, names: Sequence[str]) -> list[Finding]:
+    """``short_run``: a parameter whose autocorrelation time is known and more than
+    ``sweeps`` / :data:`core.autocorr.MIN_TIMES` (emcee's rule)."""
+    found = []
+    for name, tau in zip(names, times, strict=True):
+        if math.isfinite(tau) and sweeps < MIN_TIMES * tau:
+            found.append(
+                Finding(
+                    "short_run",
+                    name,
+                    None,
+                    sweeps / tau,
+                    MIN_TIMES,
+                    f"the run is {sweeps / tau:.1f} autocorrelation times of {name} long "
+                    f"({sweeps} sweeps, tau {tau:.1f}), under {MIN_TIMES:.0f}: its "
+                    "estimates are not yet trusted.",
+                )
+            )
+    return found
 
 
 def importance_findings(ev: Evidence) -> list[Finding]:
@@ -110,9 +172,16 @@ def assess(
     weighted sampler, the chains' final states (their proposals)."""
     x = np.asarray(draws, dtype=np.float64)
     if not sampler.weighted:
-        found_summaries = summarize(x, names)
+        found_summaries = summaries_of(sampler, params, x, names)
+        walkers = _walkers(sampler, params, x)
+        judged = x
+        if walkers is not None and walkers.shape[1] >= MIN_DRAWS:
+            # Each walker's draws in a row: a chain's own MCSE (chain_mean) and its runs
+            # (stuck) are then a walker's, not those of the interleaved walkers.
+            chains, sweeps, w, d = walkers.shape
+            judged = walkers.transpose(0, 2, 1, 3).reshape(chains, w * sweeps, d)
         findings = check(
-            x,
+            judged,
             names,
             acceptance if sampler.acceptance_checked else None,
             summaries=found_summaries,
@@ -120,7 +189,12 @@ def assess(
             divergent=stats.get("diverging"),
             energy=stats.get("energy"),
         )
-        return Assessment(list(found_summaries), findings)
+        if walkers is None:
+            return Assessment(found_summaries, findings)
+        times = autocorrelation_times(walkers)
+        if x.shape[1] >= MIN_DRAWS:
+            findings += ensemble_findings(times, walkers.shape[1], names)
+        return Assessment(found_summaries, findings, autocorrelation_time=times)
     assert sampler.mixture_log_weights is not None and states is not None
     chains, n, d = x.shape
     if n:

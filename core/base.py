@@ -381,6 +381,11 @@ class Sampler(Generic[S, P]):
         transition that ``state`` remembers, or ``None``: a retried result is then
         compared with it (a different value or draw is refused); without a record, a
         retry of an evaluation applied before is a duplicate whatever its value.
+    ensemble_size
+        ``ensemble_size(params)``: for a sampler whose chain is an ensemble of walkers
+        updated in turn (``ensemble``), the walkers ``W``: iteration ``t`` records walker
+        ``t mod W``, and the assessment judges the draws as ``W`` interleaved walkers
+        (:mod:`core.autocorr`). ``None``: the draws are one chain's.
     """
 
     name: str
@@ -407,6 +412,7 @@ class Sampler(Generic[S, P]):
     tell_draw: TellDraw[S, P] | None = None
     conditional_indices: Callable[[P, int], tuple[int, ...] | None] | None = None
     told_record: Callable[[S, P, int, int], tuple[float, FloatArray | None] | None] | None = None
+    ensemble_size: Callable[[P], int] | None = None
 
 
 def takes_steps(sampler: Sampler[Any, Any]) -> bool:

@@ -138,12 +138,14 @@ CODES = (
     "chain_mean",
     "divergent",
     "low_ebfmi",
+    "short_run",
     "pareto_k",
     "importance_ess",
     "unseen_modes",
 )
-"""Every finding's code, in the order :func:`check` reports them (the last three are
-importance sampling's, :func:`core.assess.importance_findings`)."""
+"""Every finding's code, in the order :func:`check` reports them (``short_run`` is an
+ensemble's, :func:`core.assess.ensemble_findings`; the last three are importance
+sampling's, :func:`core.assess.importance_findings`)."""
 
 
 class SamplingWarning(UserWarning):
@@ -207,6 +209,7 @@ HINTS: dict[str, str] = {
     "(a non-centred form of a hierarchical model)",
     "low_ebfmi": "reparameterise (a non-centred form of a hierarchical model), or give the "
     "parameters with heavy tails a transformed scale",
+    "short_run": "run more iterations: at least 50 autocorrelation times of sweeps after warm-up",
     "pareto_k": "run a longer warm-up (the proposals are fitted to it), or more chains "
     "started apart (each finds its own part of the target)",
     "importance_ess": "run more iterations, or a longer warm-up so that the proposals fit",
@@ -264,6 +267,7 @@ _TITLES = {
     "acceptance_high": "acceptance over 95% after warm-up",
     "stuck": "a chain did not move for too long",
     "chain_mean": "a chain's mean is far from the others'",
+    "short_run": "the run is shorter than 50 autocorrelation times",
 }
 
 

@@ -25,11 +25,10 @@ import numpy as np
 import numpy.typing as npt
 
 from kameleon.core import DEFAULT_ALGORITHM, SAMPLERS
-from kameleon.core.assess import Assessment, assess
+from kameleon.core.assess import Assessment, assess, summaries_of
 from kameleon.core.base import FloatArray, Sampler
 from kameleon.core.checks import SamplingWarning, StopRule
 from kameleon.core.defaults import CHAINS, ITERATIONS, WARMUP
-from kameleon.core.diagnostics import summarize
 from kameleon.core.initial import DEFAULT_MAX_ATTEMPTS
 from kameleon.core.linalg import single_threaded_blas
 from kameleon.core.memory import describe, inprocess_bytes
@@ -316,7 +315,9 @@ def sample_chains(
                     more = min(rule.check_every, iterations - kept)
                     advance_together(runners, more)
                     kept += more
-                    if kept < iterations and rule.met(summarize(_post(runners, warmup), names)):
+                    if kept < iterations and rule.met(
+                        summaries_of(sampler, params, _post(runners, warmup), names)
+                    ):
                         break
         except KeyboardInterrupt:
             n = runners[0].n

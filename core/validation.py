@@ -31,9 +31,10 @@ import numpy as np
 from scipy import stats
 
 from kameleon.core import SAMPLERS
-from kameleon.core.base import FloatArray
+from kameleon.core.autocorr import by_walker
+from kameleon.core.base import FloatArray, Sampler
 from kameleon.core.checks import SamplingWarning
-from kameleon.core.diagnostics import ess_bulk, mcse_mean, per_parameter, rhat
+from kameleon.core.diagnostics import MIN_DRAWS, ess_bulk, mcse_mean, per_parameter, rhat
 from kameleon.core.run import assess_results, sample_chains
 from kameleon.core.targets import Banana, Flower, Gaussian, quantile_error
 
@@ -324,6 +325,27 @@ def cases() -> list[Case]:
     return out
 
 
+def _as_chains(
+    sampler: Sampler[Any, Any],
+    dim: int,
+    options: dict[str, Any] | None,
+    warmup: int,
+    draws: FloatArray,
+) -> FloatArray:
+    """Post-warm-up ``draws`` as the chains their MCSE, R-hat and ESS are computed on: as
+    they are, but for an ensemble each walker's whole sweeps as a chain, as
+    :func:`core.assess.summaries_of` reads them (its interleaved walkers would hide the
+    autocorrelation at lags of a sweep)."""
+    if sampler.ensemble_size is None:
+        return draws
+    params = sampler.make_params(dim, options or {}, warmup=warmup)
+    walkers = by_walker(draws, sampler.ensemble_size(params), warmup + 1)
+    chains, sweeps, w, d = walkers.shape
+    if sweeps < MIN_DRAWS:
+        return draws
+    return walkers.transpose(0, 2, 1, 3).reshape(chains * w, sweeps, d)
+
+
 def run_case(
     case: Case,
     algorithm: str,
@@ -397,13 +419,14 @@ def run_case(
         max_rhat, ess = math.nan, ess_all
     else:
         mean, sd = flat.mean(axis=0), flat.std(axis=0)
-        mcse = per_parameter(mcse_mean, draws)
+        chained = _as_chains(sampler, case.dim, options, warmup, draws)
+        mcse = per_parameter(mcse_mean, chained)
 
         def below_fraction(q: FloatArray) -> FloatArray:
             return np.asarray((flat[:, None, :] <= q[None, :, :]).mean(axis=0))
 
-        max_rhat = float(np.nanmax(per_parameter(rhat, draws)))
-        ess = per_parameter(ess_bulk, draws)
+        max_rhat = float(np.nanmax(per_parameter(rhat, chained)))
+        ess = per_parameter(ess_bulk, chained)
     mean_error = None
     if case.mean is not None:
         mean_error = float(np.max(np.abs(mean - case.mean) / mcse))

@@ -294,6 +294,7 @@ class ParameterDiagnostics:
     ess_bulk: float
     ess_tail: float
     r_hat: float
+    autocorrelation_time: float = math.nan  # ensemble only
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> ParameterDiagnostics:
@@ -305,6 +306,7 @@ class ParameterDiagnostics:
             ess_bulk=_float(doc.get("ess_bulk")),
             ess_tail=_float(doc.get("ess_tail")),
             r_hat=_float(doc.get("r_hat")),
+            autocorrelation_time=_float(doc.get("autocorrelation_time")),
         )
 
 

@@ -356,7 +356,9 @@ def _in_process(
     params = sampler.make_params(len(run.names), run.options, warmup=run.warmup)
     assessment = assess_results(sampler, params, chains, run.names, run.warmup)
     summaries, findings = assessment.summaries, assessment.findings
-    diagnostics = _local_diagnostics(draws, run, acceptance, summaries, assessment.evidence)
+    diagnostics = _local_diagnostics(
+        draws, run, acceptance, summaries, assessment.evidence, assessment.autocorrelation_time
+    )
     bar.r_hat = diagnostics.max_r_hat
     bar.close()
     return Result(
@@ -423,8 +425,10 @@ def _local_diagnostics(
     acceptance: npt.NDArray[np.float64],
     summaries: Sequence[ParameterSummary],
     evidence: Evidence | None,
+    autocorrelation_time: Sequence[float] | None = None,
 ) -> Diagnostics:
     n = draws.shape[1]
+    times = autocorrelation_time or [math.nan] * len(summaries)
     parameters = [
         ParameterDiagnostics(
             name=p["name"],
@@ -434,8 +438,9 @@ def _local_diagnostics(
             ess_bulk=p["ess_bulk"],
             ess_tail=p["ess_tail"],
             r_hat=p["r_hat"],
+            autocorrelation_time=t,
         )
-        for p in summaries
+        for p, t in zip(summaries, times, strict=True)
     ]
     chains = [
         ChainDiagnostics(

@@ -60,6 +60,8 @@ class WarningOut(BaseModel):
       only where the bulk ESS does not warn, one per chain for its worst parameter.
     - `divergent`, `low_ebfmi`: a Hamiltonian sampler's transitions diverged after
       warm-up, or a chain's energy Bayesian fraction of missing information is low.
+    - `short_run` (`ensemble`): the post-warm-up sweeps are fewer than `threshold`
+      (50) autocorrelation times of `parameter` (emcee's rule); `value`: how many.
     - `pareto_k` (`importance`): the importance weights' Pareto k (`value`) is over
       `threshold` (0.7): the weighted estimates and the evidence are unreliable.
     - `importance_ess` (`importance`): the weights' effective sample size (`value`) is
@@ -155,6 +157,13 @@ class ParameterDiagnostics(BaseModel):
     ess_bulk: float | None
     ess_tail: float | None
     r_hat: float | None
+    autocorrelation_time: float | None = Field(
+        None,
+        description="`ensemble` only (null otherwise, and where undefined): emcee's "
+        "integrated autocorrelation time, in sweeps of the ensemble (each walker's "
+        "steps), with the walkers averaged and Sokal's window (c = 5); also the "
+        "evaluations per effective draw.",
+    )
 
 
 class ChainDiagnostics(BaseModel):

@@ -87,9 +87,15 @@ class Diagnostics:
         )
         stats, found = assessment.summaries, assessment.findings
         warnings = [{k: _none_if_not_finite(v) for k, v in f.as_dict().items()} for f in found]
+        times: list[float | None] = [None] * len(stats)
+        if assessment.autocorrelation_time is not None:
+            times = list(assessment.autocorrelation_time)
         doc = {
             "draws": common,
-            "parameters": [{k: _none_if_not_finite(v) for k, v in p.items()} for p in stats],
+            "parameters": [
+                {k: _none_if_not_finite(v) for k, v in {**p, "autocorrelation_time": t}.items()}
+                for p, t in zip(stats, times, strict=True)
+            ],
             "chains": chains,
             "warnings": warnings,
             "evidence": (

@@ -26,6 +26,7 @@ import numpy as np
 import pytest
 
 from kameleon.core import SAMPLERS
+from kameleon.core.autocorr import by_walker
 from kameleon.core.diagnostics import ess_mean, per_parameter
 from kameleon.core.run import run_chain
 from kameleon.core.targets import Banana, Gaussian
@@ -62,12 +63,16 @@ RUNS = {
     "nuts": (4, 500, 1000),
     # One coordinate at a time: slow along the banana's bend, which needs more draws.
     "gibbs": (8, 1000, 4000),
+    # 8 walkers (the default in 2 and 4 dimensions, 10 in 5): 500 and 2000 sweeps.
+    "ensemble": (4, 4000, 16000),
 }
 DEFAULT_RUN = (4, 500, 1000)
 
 
 def _draws(name: str, target: Gaussian | Banana) -> np.ndarray:
-    """Post-warm-up draws, shape ``(chains, n, dim)``."""
+    """Post-warm-up draws, shape ``(chains, n, dim)``; an ensemble's with each walker's
+    whole sweeps as a chain (its chain interleaves them: an ESS of the interleaved
+    draws would miss the autocorrelation at lags of a sweep)."""
     sampler = SAMPLERS[name]
     chains, warmup, n = RUNS.get(name, DEFAULT_RUN)
     params = sampler.make_params(target.dim, {}, warmup=warmup)
@@ -77,7 +82,12 @@ def _draws(name: str, target: Gaussian | Banana) -> np.ndarray:
         run_chain(sampler, params, fn, starts[c], warmup + n, seed=SEED, chain=c)
         for c in range(chains)
     ]
-    return np.stack([run.draws[warmup:] for run in runs])
+    draws = np.stack([run.draws[warmup:] for run in runs])
+    if sampler.ensemble_size is None:
+        return draws
+    walkers = by_walker(draws, sampler.ensemble_size(params), warmup + 1)
+    c, sweeps, w, d = walkers.shape
+    return walkers.transpose(0, 2, 1, 3).reshape(c * w, sweeps, d)
 
 
 @functools.cache

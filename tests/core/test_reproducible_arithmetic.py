@@ -42,6 +42,8 @@ OPTIONS: dict[str, dict[str, Any]] = {
     "importance": {"adapt_start": 20},
     # Metropolis-Hastings blocks only (nothing here draws a conditional), one repeated.
     "gibbs": {"adapt_start": 20, "blocks": [{"indices": [0]}, {"indices": [2, 1], "speed": 2}]},
+    # Both moves: the stretch factor's log and the differential evolution's noise.
+    "ensemble": {"de_probability": 0.3},
 }
 DIM, WARMUP, ITERATIONS, CHAINS = 3, 200, 300, 2
 

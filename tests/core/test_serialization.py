@@ -88,6 +88,7 @@ STABLE_NAMES = {
     "nuts.Trajectory",
     "importance.State",
     "gibbs.State",
+    "ensemble.State",
     "gradient_check.Check",
     "gradient_warmup.DualAveraging",
     "gradient_warmup.MetricWindow",

@@ -35,6 +35,7 @@ FILLED = {
     "sgld": {"data_size": 100},  # required; a minibatch of 100, the default's largest
     "importance": {},
     "gibbs": {},  # one block per coordinate: the most records of told values
+    "ensemble": {},
 }
 
 

@@ -185,7 +185,9 @@ def test_an_object_named_twice_is_written_the_same_each_time() -> None:
     assert encode(copy) == encode(state)
 
 
-@pytest.mark.parametrize("algorithm", ["am", "kameleon", "kmc-lite", "nuts", "hmc", "importance"])
+@pytest.mark.parametrize(
+    "algorithm", ["am", "kameleon", "kmc-lite", "nuts", "hmc", "importance", "gibbs", "ensemble"]
+)
 def test_a_state_written_over_its_predecessor_is_the_document_written_alone(
     algorithm: str,
 ) -> None:

@@ -20,6 +20,7 @@ from kameleon.core.samplers import (
     nuts,
     rwm,
     sgld,
+    tempering,
 )
 
 __all__ = ["DEFAULT_ALGORITHM", "SAMPLERS"]
@@ -37,6 +38,7 @@ SAMPLERS: dict[str, Sampler[Any, Any]] = {
         nuts.SAMPLER,
         sgld.SAMPLER,
         importance.SAMPLER,
+        tempering.SAMPLER,
     )
 }
 

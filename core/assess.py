@@ -3,7 +3,8 @@ service): per-parameter diagnostics, the warnings, and for importance samples th
 evidence (:mod:`core.evidence`).
 
 Markov chains are judged by :func:`core.diagnostics.summarize` and
-:func:`core.checks.check`. Weighted draws (a sampler whose record says ``weighted``) are
+:func:`core.checks.check`; a sampler whose chains estimate the evidence in their states
+(its record's ``chain_evidence``: ``tempering``) adds that evidence and its warnings. Weighted draws (a sampler whose record says ``weighted``) are
 not chains: they are weighed against the mixture of every chain's proposal (the
 sampler's ``mixture_log_weights``), and judged by their weights: the Pareto k of their
 tail and their effective sample size.
@@ -38,9 +39,10 @@ MIN_IMPORTANCE_ESS = 100.0
 
 @dataclass(frozen=True, slots=True)
 class Assessment:
-    """Diagnostics per parameter, the warnings, and the evidence of weighted draws
-    (``None`` for Markov chains) with the log weights it was computed from, shape
-    ``(chains, draws)``."""
+    """Diagnostics per parameter, the warnings, and the evidence of weighted draws with
+    the log weights it was computed from, shape ``(chains, draws)``, or the evidence of
+    a sampler whose chains estimate it (``log_weights`` ``None``); ``None`` for other
+    Markov chains."""
 
     summaries: list[ParameterSummary]
     findings: list[Finding]
@@ -120,7 +122,11 @@ def assess(
             divergent=stats.get("diverging"),
             energy=stats.get("energy"),
         )
-        return Assessment(list(found_summaries), findings)
+        if sampler.chain_evidence is None or states is None:
+            return Assessment(list(found_summaries), findings)
+        # A sampler whose chains estimate the evidence in their states (tempering).
+        chain_ev, chain_findings = sampler.chain_evidence(states, params)
+        return Assessment(list(found_summaries), findings + chain_findings, chain_ev)
     assert sampler.mixture_log_weights is not None and states is not None
     chains, n, d = x.shape
     if n:

@@ -86,6 +86,7 @@ __all__ = [
     "params_parser",
     "parse_params",
     "reset",
+    "steps_within",
     "tell_initial",
     "tell_one",
     "transition_stats",
@@ -96,7 +97,7 @@ Outcome = Literal["initialized", "outside_support", "accepted", "rejected", "ste
 """What a tell did: ``"step"`` is an intermediate evaluation of a transition that needs
 several (a leapfrog point of an HMC trajectory, a point of a gradient check): the chain
 made no transition and records no draw."""
-ProposalKind = Literal["init", "proposal", "leapfrog", "gradient_check", "minibatch"]
+ProposalKind = Literal["init", "proposal", "leapfrog", "gradient_check", "minibatch", "tempered"]
 
 
 def frozen_array(values: Any) -> FloatArray:
@@ -118,8 +119,9 @@ class Proposal:
         ``"init"`` for the initial point, ``"proposal"`` for a Metropolis-Hastings
         proposal (the last evaluation of a transition); a transition that needs several
         evaluations hands out the ones before its last as ``"leapfrog"`` (a point of a
-        Hamiltonian trajectory) or ``"gradient_check"`` (a point of the finite-difference
-        check of a told gradient).
+        Hamiltonian trajectory), ``"gradient_check"`` (a point of the finite-difference
+        check of a told gradient) or ``"tempered"`` (a hot rung's proposal of parallel
+        tempering).
     position
         The point, shape ``(dim,)``.
     log_correction
@@ -341,6 +343,20 @@ class Sampler(Generic[S, P]):
     modes
         ``modes(states)``: for a weighted sampler, the chains grouped by the mode their
         proposals found (:func:`core.assess.mode_findings`).
+    several_evaluations
+        Whether a transition may take several evaluations, handed out one at a time (each
+        ``Proposal.step``), without gradients (``tempering``); every sampler with
+        ``tell_gradient`` does too (:func:`steps_within`).
+    needs_parts
+        ``needs_parts(params)``: whether, with these options, every told result must give
+        the log prior and the log likelihood apart (:class:`Parts`, without gradients),
+        which ``tell_parts`` then receives; a result told in parts to a sampler that does
+        not need them still goes to its ``tell_parts`` when it has one. ``None``: never.
+    chain_evidence
+        ``chain_evidence(states, params) -> (evidence, findings)``: for a Markov chain
+        sampler that estimates the evidence in its chains' states (``tempering``), the
+        :class:`core.evidence.Evidence` (``None`` before there is one) and its warnings
+        (:class:`core.checks.Finding`), which :func:`core.assess.assess` reports.
     """
 
     name: str
@@ -363,6 +379,15 @@ class Sampler(Generic[S, P]):
         None
     )
     modes: Callable[[Sequence[S]], list[list[int]]] | None = None
+    several_evaluations: bool = False
+    needs_parts: Callable[[P], bool] | None = None
+    chain_evidence: Callable[[Sequence[S], P], tuple[Any, list[Any]]] | None = None
+
+
+def steps_within(sampler: Sampler[Any, Any]) -> bool:
+    """Whether ``sampler``'s transitions may take several evaluations (a gradient check,
+    a trajectory, a ladder of rungs), each handed out after the one before is told."""
+    return sampler.tell_gradient is not None or sampler.several_evaluations
 
 
 def transition_stats(sampler: Sampler[Any, Any], state: Any) -> tuple[float, ...]:
@@ -382,7 +407,7 @@ def tell_one(
     """A told result given to ``sampler``: ``tell``, ``tell_gradient`` with the
     gradient for a sampler that needs one, or ``tell_parts`` with the target's parts for
     one told them (a ``ValueError`` when what it needs is missing)."""
-    if sampler.tell_parts is not None:
+    if sampler.tell_parts is not None and (parts is not None or sampler.evaluation.parts):
         if parts is None:
             raise ValueError(
                 f"{sampler.name} needs the log prior and the minibatch's log likelihood, "

@@ -141,9 +141,13 @@ CODES = (
     "pareto_k",
     "importance_ess",
     "unseen_modes",
+    "swap_rate_low",
+    "evidence_unreliable",
 )
-"""Every finding's code, in the order :func:`check` reports them (the last three are
-importance sampling's, :func:`core.assess.importance_findings`)."""
+"""Every finding's code, in the order :func:`check` reports them (``pareto_k``,
+``importance_ess`` and ``unseen_modes`` are importance sampling's,
+:func:`core.assess.importance_findings`; the last two parallel tempering's,
+``core.samplers.tempering.evidence_findings``)."""
 
 
 class SamplingWarning(UserWarning):
@@ -212,6 +216,8 @@ HINTS: dict[str, str] = {
     "importance_ess": "run more iterations, or a longer warm-up so that the proposals fit",
     "unseen_modes": "run many more chains started across the prior (initial_radius), so that "
     "every mode is found by several",
+    "swap_rate_low": "give the ladder more temperatures, or a longer warm-up so that it adapts",
+    "evidence_unreliable": "run at least 4 chains, longer, or with more temperatures",
 }
 """What to try, per code: one line each."""
 

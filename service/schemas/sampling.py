@@ -48,12 +48,15 @@ class ProposalOut(BaseModel):
     id: str
     chain: int
     iteration: int
-    kind: Literal["init", "proposal", "leapfrog", "gradient_check", "minibatch"] = Field(
-        description="init: a chain's initial point; proposal: a transition's (last) "
-        "point; leapfrog and gradient_check: an evaluation within a transition that "
-        "needs several (a point of a Hamiltonian trajectory; a point of the "
-        "finite-difference check of the told gradients), told like any other; "
-        "minibatch: `sgld`'s evaluation of a minibatch at the chain's current point."
+    kind: Literal["init", "proposal", "leapfrog", "gradient_check", "minibatch", "tempered"] = (
+        Field(
+            description="init: a chain's initial point; proposal: a transition's (last) "
+            "point; leapfrog, gradient_check and tempered: an evaluation within a "
+            "transition that needs several (a point of a Hamiltonian trajectory; a point "
+            "of the finite-difference check of the told gradients; a hot rung's proposal "
+            "of `tempering`), told like any other; minibatch: `sgld`'s evaluation of a "
+            "minibatch at the chain's current point."
+        )
     )
     step: int = Field(
         description="The evaluation's place in its transition (from 0); 0 for samplers "

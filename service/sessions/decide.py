@@ -23,7 +23,15 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from kameleon.core.base import FloatArray, Parts, Proposal, StepInfo, tell_one, transition_stats
+from kameleon.core.base import (
+    FloatArray,
+    Parts,
+    Proposal,
+    StepInfo,
+    steps_within,
+    tell_one,
+    transition_stats,
+)
 from kameleon.core.batch import tell_many
 from kameleon.core.initial import redraw
 from kameleon.core.serialization import cold_changed
@@ -219,7 +227,7 @@ def decide(
     any result is a conflict or needs history, nothing is stepped: the request is
     refused, or decided again.
     """
-    steps = meta.sampler.tell_gradient is not None  # transitions of several evaluations
+    steps = steps_within(meta.sampler)  # transitions of several evaluations
     judged = {
         c: classify(
             meta,

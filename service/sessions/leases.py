@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from kameleon.core.base import steps_within
 from kameleon.service.ids import ProposalId, parse_id
 from kameleon.service.sessions.chains import Chains, ChainView, encode_state
 from kameleon.service.sessions.errors import Busy, Invalid, guarded
@@ -91,7 +92,7 @@ def _not_outstanding(meta: SessionMeta, ch: ChainView | None, pid: ProposalId) -
     if pid.iteration <= state.iteration:
         return told
     if pid.iteration == state.iteration + 1 and not meta.is_done(state):
-        if meta.sampler.tell_gradient is None:
+        if not steps_within(meta.sampler):
             return None if pid.step == 0 else OBSOLETE
         step = guarded(ch.chain, lambda: meta.sampler.ask(state, meta.params)).step
         if pid.step < step:

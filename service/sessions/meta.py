@@ -192,6 +192,13 @@ def new_meta(body: SessionCreate, owner: str, settings: Settings) -> SessionMeta
             "without gradients",
             field="pseudo_marginal",
         )
+    if body.pseudo_marginal and sampler.chain_evidence is not None:
+        raise Invalid(
+            f"{body.algorithm} tempers the density it is told, and a tempered unbiased "
+            "estimate is not an unbiased estimate of the tempered density: pseudo_marginal "
+            "needs another sampler",
+            field="pseudo_marginal",
+        )
     stop = None
     if body.stop is not None and sampler.weighted:
         raise Invalid(

@@ -48,3 +48,19 @@ def test_the_evidence_of_a_run(where: str, server: str) -> None:
 def test_a_markov_chain_has_no_evidence() -> None:
     result = kameleon.sample(_logdensity, dim=2, iterations=200, warmup=100, seed=1, progress=False)
     assert result.evidence is None
+
+
+@pytest.mark.slow  # 8 chains x 500 transitions of 4 evaluations each way
+@pytest.mark.parametrize("where", ["in process", "service"])
+def test_the_evidence_of_parallel_tempering(where: str, server: str) -> None:
+    # The reference mode on the same Gaussian, 4 rungs: the log evidence within 3 of its
+    # standard errors (about 0.03), and the summary says how it was computed.
+    url = server if where == "service" else None
+    result = kameleon.sample(
+        _logdensity, dim=2, algorithm="tempering", chains=8, warmup=200, iterations=300,
+        seed=3, url=url, progress=False, temperatures=4,
+    )  # fmt: skip
+    ev = result.evidence
+    assert ev is not None and ev.draws == 8 * 300 and math.isnan(ev.pareto_k)
+    assert abs(ev.log_evidence - LOG_Z) < 3 * ev.standard_error, (ev, LOG_Z)
+    assert "stepping stones" in result.summary()

@@ -404,10 +404,13 @@ def _tell(
         prob, accepted = 0.0, False
     else:
         old_value, old_loglik = float(state.rung_values[rung]), float(state.rung_loglik[rung])
+        # The rung's log density is a + beta l = value - (1 - beta) l.
         log_alpha = (value - (1.0 - beta) * loglik) - (old_value - (1.0 - beta) * old_loglik)
-        log_alpha = 0.0 if math.isnan(log_alpha) else min(0.0, log_alpha)
-        prob = exp1(log_alpha) if not math.isnan(log_alpha) else 0.0
-        accepted = bool(log1(u) < log_alpha)
+        if math.isnan(log_alpha):  # values near the float range: reject, as any sampler
+            prob, accepted = 0.0, False
+        else:
+            log_alpha = min(0.0, log_alpha)
+            prob, accepted = exp1(log_alpha), bool(log1(u) < log_alpha)
     positions, values, logliks = state.rung_positions, state.rung_values, state.rung_loglik
     if accepted:
         positions = np.array(positions)
@@ -531,7 +534,7 @@ def _adapt(
     with np.errstate(over="ignore", invalid="ignore"):
         delta = positions - means
         means = means + delta / count
-        m2 = m2 + np.einsum("ki,kj->kij", delta, positions - means)
+        m2 = m2 + delta[:, :, None] * (positions - means)[:, None, :]  # per rung, outer
     window_swaps = np.asarray(state.window_swaps) + probs
     out: dict[str, Any] = {}
     if t in _window_ends(params):

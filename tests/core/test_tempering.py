@@ -268,7 +268,7 @@ def test_tempering_finds_both_modes_with_their_weights_where_am_finds_one() -> N
 
 
 def _evidence_run(fn: Any, options: dict[str, Any], seed: int) -> tuple[Any, list[float]]:
-    warmup, n, chains = 400, 600, 16
+    warmup, n, chains = 300, 400, 16
     results = sample_chains(
         fn,
         2,
@@ -300,10 +300,17 @@ def test_the_log_evidence_is_right_within_its_honest_standard_error(
 ) -> None:
     """Within 3 standard errors of the known value; and the error honest: the 16
     chains' estimates scatter about the truth (bias included) as much as about their
-    mean, within the 99% band of a chi-square of 15 degrees (a ratio in [0.5, 2])."""
+    mean, within the 99% band of a chi-square of 15 degrees (a ratio in [0.5, 2]).
+
+    Measured over seeds 0 to 5 in both modes (this test's settings): the error in units
+    of the reported standard error had a root mean square of 1.55 (a t of 15 degrees:
+    1.07) and a mean of -0.34, and one of the 12 went past 3 (3.2, seed 1, likelihood):
+    each chain's log of a mean is biased low by O(1 / n), which the chains' spread does
+    not see, so the reported error is somewhat small at 400 draws per chain (BENCHMARKS.md,
+    section 9). The seed here was picked before those runs."""
     assessment, per_chain = _evidence_run(fn, options, seed=4)
     ev = assessment.evidence
-    assert ev is not None and ev.draws == 16 * 600 and math.isnan(ev.pareto_k)
+    assert ev is not None and ev.draws == 16 * 400 and math.isnan(ev.pareto_k)
     assert abs(ev.log_evidence - truth) < 3 * ev.standard_error, (ev, truth)
     assert ev.standard_error < 0.05
     z = np.array(per_chain)

@@ -34,6 +34,7 @@ FILLED = {
     "nuts": {"metric": "dense"},
     "sgld": {"data_size": 100},  # required; a minibatch of 100, the default's largest
     "importance": {},
+    "tempering": {},  # fixed-size arrays: every rung's state, window sums and factor
 }
 
 

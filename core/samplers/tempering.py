@@ -59,8 +59,9 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
+from kameleon.core import arithmetic
 from kameleon.core.adaptation import learning_rate, robbins_monro, usable_covariance
-from kameleon.core.arithmetic import exp1, log1, matvec, pow1
+from kameleon.core.arithmetic import dot, exp1, log1, matvec, pow1
 from kameleon.core.base import (
     ChainState,
     FloatArray,
@@ -327,8 +328,8 @@ def ask(state: State, params: Params) -> Proposal:
 def _log_reference(params: Params, x: FloatArray) -> float:
     s = params.reference_sd
     u = (np.asarray(x) - params.reference_mean) / s
-    with np.errstate(over="ignore"):
-        q = float(np.sum(u * u))
+    with np.errstate(over="ignore", invalid="ignore"):
+        q = dot(u, u)  # the same bits on every CPU
     return -0.5 * q - params.dim * (log1(s) + 0.5 * log1(2 * math.pi))
 
 
@@ -575,8 +576,9 @@ def adapt_ladder(betas: FloatArray, rejection: FloatArray) -> FloatArray:
     r = np.clip(np.nan_to_num(np.asarray(rejection, dtype=np.float64)[::-1], nan=1.0), 0.0, 1.0)
     barrier = np.concatenate([[0.0], np.cumsum(r + _RATE_FLOOR)])
     targets = np.linspace(0.0, barrier[-1], b.size)
-    logs = np.log(b)
-    new = np.exp(np.interp(targets, barrier, logs))
+    # The module's exp and log: the same bits on every CPU, as the draws need.
+    logs = arithmetic.log(b)
+    new = arithmetic.exp(np.interp(targets, barrier, logs))
     new[0], new[-1] = b[0], 1.0
     new = np.maximum.accumulate(new)  # rounding aside, strictly increasing already
     return frozen_array(new[::-1])

@@ -4,10 +4,11 @@ evidence (:mod:`core.evidence`).
 
 Markov chains are judged by :func:`core.diagnostics.summarize` and
 :func:`core.checks.check`; a sampler whose chains estimate the evidence in their states
-(its record's ``chain_evidence``: ``tempering``) adds that evidence and its warnings. Weighted draws (a sampler whose record says ``weighted``) are
-not chains: they are weighed against the mixture of every chain's proposal (the
-sampler's ``mixture_log_weights``), and judged by their weights: the Pareto k of their
-tail and their effective sample size.
+(its record's ``chain_evidence``: ``tempering``) adds that evidence and its warnings.
+Weighted draws (a sampler whose record says ``weighted``) are not chains: they are
+weighed against the mixture of every chain's proposal (the sampler's
+``mixture_log_weights``), and judged by their weights: the Pareto k of their tail and
+their effective sample size.
 """
 
 from __future__ import annotations

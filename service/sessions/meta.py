@@ -192,11 +192,11 @@ def new_meta(body: SessionCreate, owner: str, settings: Settings) -> SessionMeta
             "without gradients",
             field="pseudo_marginal",
         )
-    if body.pseudo_marginal and sampler.chain_evidence is not None:
+    if body.pseudo_marginal and sampler.several_evaluations:
         raise Invalid(
-            f"{body.algorithm} tempers the density it is told, and a tempered unbiased "
-            "estimate is not an unbiased estimate of the tempered density: pseudo_marginal "
-            "needs another sampler",
+            f"{body.algorithm} evaluates tempered copies of the density in each transition, "
+            "and a tempered unbiased estimate is not an unbiased estimate of the tempered "
+            "density: pseudo_marginal needs a sampler of the target itself",
             field="pseudo_marginal",
         )
     stop = None

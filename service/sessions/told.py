@@ -215,7 +215,9 @@ def _sum_of_parts(meta: SessionMeta, i: int, result: Result) -> float:
 def _value(meta: SessionMeta, i: int, result: Result) -> tuple[float, Parts | None]:
     """The told value, and the target's parts for a sampler told them (``sgld``, whose
     value is the estimate ``log_prior + (N / n) log_likelihood``, and which ignores a
-    told ``log_density``). Every other sampler takes ``log_density``, or
+    told ``log_density``). A sampler that needs the parts apart without gradients
+    (``tempering`` of the likelihood) takes their sum and the parts
+    (:func:`_split`). Every other sampler takes ``log_density``, or
     ``prior_power * log_prior + log_likelihood`` from a result told in parts."""
     needs_parts = meta.sampler.needs_parts
     if needs_parts is not None and needs_parts(meta.params):

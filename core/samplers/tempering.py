@@ -47,7 +47,9 @@ is estimated from the hottest rung's states (accurate when ``beta_{K-1}`` times 
 of ``l`` there is small). The state keeps only running log-sum-exps (and those of the
 squared weights, for their effective sample sizes): ``O(K)`` floats.
 :func:`chain_evidence` averages the chains' estimates and takes their spread for the
-standard error.
+standard error. Each chain's estimate is a sum of logs of means, biased low by
+``O(1 / n)``, which the chains' spread does not show: at a few hundred draws per chain
+the reported error is about two thirds of the real one (BENCHMARKS.md, section 9).
 """
 
 from __future__ import annotations
@@ -143,8 +145,10 @@ class Params:
         ``sigma_0``: every rung's first proposal covariance is ``am``'s from
         ``sigma_0^2 I`` (default 1).
     adapt_start
-        States in a rung's covariance estimate before it replaces the previous one
-        (default ``max(100, 2 * dim)``; at least 2).
+        The fewest transitions a warm-up window holds (``am``'s windows, merged where
+        shorter): at each window's end but the last, the rungs' covariances are
+        estimated from its states and the ladder from its swap rates (default
+        ``max(100, 2 * dim)``; at least 2).
     nugget
         ``am``'s nugget, relative to ``sigma_0^2`` (default ``1e-6``; positive).
     target_acceptance
@@ -185,7 +189,7 @@ class Params:
 
     @property
     def start(self) -> int:
-        """States in a rung's covariance estimate before it is used."""
+        """The fewest transitions a warm-up window holds."""
         return self.adapt_start if self.adapt_start is not None else max(100, 2 * self.dim)
 
 

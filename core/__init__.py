@@ -22,6 +22,7 @@ from kameleon.core.samplers import (
     nuts,
     rwm,
     sgld,
+    tempering,
 )
 
 __all__ = ["DEFAULT_ALGORITHM", "SAMPLERS"]
@@ -41,6 +42,7 @@ SAMPLERS: dict[str, Sampler[Any, Any]] = {
         gibbs.SAMPLER,
         importance.SAMPLER,
         ensemble.SAMPLER,
+        tempering.SAMPLER,
     )
 }
 

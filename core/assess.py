@@ -8,8 +8,10 @@ Markov chains are judged by :func:`core.diagnostics.summarize` and
 walker's draws as a chain of its own (as ArviZ reads emcee's walkers), whole sweeps
 only; the checks of a chain's own draws (``stuck``, ``chain_mean``) read its walkers
 one after the other; and each parameter gets emcee's integrated autocorrelation time
-(:mod:`core.autocorr`), with the ``short_run`` warning under 50 of them. Weighted draws (a sampler whose record says ``weighted``) are
-not chains: they are weighed against the mixture of every chain's proposal (the
+(:mod:`core.autocorr`), with the ``short_run`` warning under 50 of them. A sampler
+whose chains estimate the evidence in their states (its record's ``chain_evidence``:
+``tempering``) adds that evidence and its warnings. Weighted draws (a sampler whose
+record says ``weighted``) are not chains: they are weighed against the mixture of every chain's proposal (the
 sampler's ``mixture_log_weights``), and judged by their weights: the Pareto k of their
 tail and their effective sample size.
 """
@@ -47,10 +49,11 @@ MIN_IMPORTANCE_ESS = 100.0
 
 @dataclass(frozen=True, slots=True)
 class Assessment:
-    """Diagnostics per parameter, the warnings, and the evidence of weighted draws
-    (``None`` for Markov chains) with the log weights it was computed from, shape
-    ``(chains, draws)``; for an ensemble, each parameter's integrated autocorrelation
-    time in sweeps (``None`` for other samplers, NaN where undefined)."""
+    """Diagnostics per parameter, the warnings, and the evidence of weighted draws with
+    the log weights it was computed from, shape ``(chains, draws)``, or the evidence of
+    a sampler whose chains estimate it (``log_weights`` ``None``); ``None`` for other
+    Markov chains. For an ensemble, each parameter's integrated autocorrelation time in
+    sweeps (``None`` for other samplers, NaN where undefined)."""
 
     summaries: list[ParameterSummary]
     findings: list[Finding]
@@ -189,12 +192,17 @@ def assess(
             divergent=stats.get("diverging"),
             energy=stats.get("energy"),
         )
-        if walkers is None:
-            return Assessment(found_summaries, findings)
-        times = autocorrelation_times(walkers)
-        if x.shape[1] >= MIN_DRAWS:
-            findings += ensemble_findings(times, walkers.shape[1], names)
-        return Assessment(found_summaries, findings, autocorrelation_time=times)
+        times = None
+        if walkers is not None:
+            times = autocorrelation_times(walkers)
+            if x.shape[1] >= MIN_DRAWS:
+                findings += ensemble_findings(times, walkers.shape[1], names)
+        chain_ev = None
+        if sampler.chain_evidence is not None and states is not None:
+            # A sampler whose chains estimate the evidence in their states (tempering).
+            chain_ev, chain_findings = sampler.chain_evidence(states, params)
+            findings += chain_findings
+        return Assessment(found_summaries, findings, chain_ev, autocorrelation_time=times)
     assert sampler.mixture_log_weights is not None and states is not None
     chains, n, d = x.shape
     if n:

@@ -98,7 +98,9 @@ Outcome = Literal["initialized", "outside_support", "accepted", "rejected", "ste
 """What a tell did: ``"step"`` is an intermediate evaluation of a transition that needs
 several (a leapfrog point of an HMC trajectory, a point of a gradient check): the chain
 made no transition and records no draw."""
-ProposalKind = Literal["init", "proposal", "leapfrog", "gradient_check", "minibatch", "conditional"]
+ProposalKind = Literal[
+    "init", "proposal", "leapfrog", "gradient_check", "minibatch", "conditional", "tempered"
+]
 
 
 def frozen_array(values: Any) -> FloatArray:
@@ -124,7 +126,8 @@ class Proposal:
         check of a told gradient); ``gibbs`` hands out each block's Metropolis-Hastings
         update as ``"proposal"`` (the outcome ``"step"`` says the sweep goes on), and a
         block that the client draws from its full conditional as ``"conditional"``, at
-        the chain's current point (``block``, ``indices``).
+        the chain's current point (``block``, ``indices``); ``tempering`` hands out its
+        hot rungs' proposals as ``"tempered"``.
     position
         The point, shape ``(dim,)``.
     log_correction
@@ -365,7 +368,7 @@ class Sampler(Generic[S, P]):
         proposals found (:func:`core.assess.mode_findings`).
     multistep
         Whether a transition may take several evaluations, each its ``step``, without
-        gradients (``gibbs``: one per block update); a sampler with ``tell_gradient``
+        gradients (``gibbs``: one per block update; ``tempering``: one per rung); a sampler with ``tell_gradient``
         may always (:func:`takes_steps`).
     tell_draw
         ``tell_draw(state, params, proposal, logdensity, draw)``: ``tell`` for a sampler
@@ -386,6 +389,20 @@ class Sampler(Generic[S, P]):
         updated in turn (``ensemble``), the walkers ``W``: iteration ``t`` records walker
         ``t mod W``, and the assessment judges the draws as ``W`` interleaved walkers
         (:mod:`core.autocorr`). ``None``: the draws are one chain's.
+    needs_parts
+        ``needs_parts(params)``: whether, with these options, every told result must give
+        the log prior and the log likelihood apart (:class:`Parts`, without gradients),
+        which ``tell_parts`` then receives; a result told in parts to a sampler that does
+        not need them still goes to its ``tell_parts`` when it has one. ``None``: never.
+    needs_exact_density
+        Whether the sampler needs the density itself, not an unbiased estimate of it
+        (``tempering`` raises it to powers, and a power of an unbiased estimate is not
+        an unbiased estimate of the power): ``pseudo_marginal`` is refused.
+    chain_evidence
+        ``chain_evidence(states, params) -> (evidence, findings)``: for a Markov chain
+        sampler that estimates the evidence in its chains' states (``tempering``), the
+        :class:`core.evidence.Evidence` (``None`` before there is one) and its warnings
+        (:class:`core.checks.Finding`), which :func:`core.assess.assess` reports.
     """
 
     name: str
@@ -413,6 +430,10 @@ class Sampler(Generic[S, P]):
     conditional_indices: Callable[[P, int], tuple[int, ...] | None] | None = None
     told_record: Callable[[S, P, int, int], tuple[float, FloatArray | None] | None] | None = None
     ensemble_size: Callable[[P], int] | None = None
+
+    needs_parts: Callable[[P], bool] | None = None
+    needs_exact_density: bool = False
+    chain_evidence: Callable[[Sequence[S], P], tuple[Any, list[Any]]] | None = None
 
 
 def takes_steps(sampler: Sampler[Any, Any]) -> bool:
@@ -444,7 +465,7 @@ def tell_one(
         return sampler.tell_draw(state, params, proposal, logdensity, draw)
     if draw is not None:
         raise ValueError(f"{sampler.name} asks for no draws")
-    if sampler.tell_parts is not None:
+    if sampler.tell_parts is not None and (parts is not None or sampler.evaluation.parts):
         if parts is None:
             raise ValueError(
                 f"{sampler.name} needs the log prior and the minibatch's log likelihood, "

@@ -142,10 +142,13 @@ CODES = (
     "pareto_k",
     "importance_ess",
     "unseen_modes",
+    "swap_rate_low",
+    "evidence_unreliable",
 )
 """Every finding's code, in the order :func:`check` reports them (``short_run`` is an
-ensemble's, :func:`core.assess.ensemble_findings`; the last three are importance
-sampling's, :func:`core.assess.importance_findings`)."""
+ensemble's, :func:`core.assess.ensemble_findings`; ``pareto_k``, ``importance_ess`` and
+``unseen_modes`` importance sampling's, :func:`core.assess.importance_findings`; the
+last two parallel tempering's, ``core.samplers.tempering.evidence_findings``)."""
 
 
 class SamplingWarning(UserWarning):
@@ -215,6 +218,8 @@ HINTS: dict[str, str] = {
     "importance_ess": "run more iterations, or a longer warm-up so that the proposals fit",
     "unseen_modes": "run many more chains started across the prior (initial_radius), so that "
     "every mode is found by several",
+    "swap_rate_low": "give the ladder more temperatures, or a longer warm-up so that it adapts",
+    "evidence_unreliable": "run at least 4 chains, longer, or with more temperatures",
 }
 """What to try, per code: one line each."""
 

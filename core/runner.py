@@ -40,7 +40,8 @@ LogDensityFn = Callable[..., Any]
 (:class:`core.base.Evaluation`), the pair ``(log density, gradient)``; for one told the
 target in parts (``sgld``), ``f(x, minibatch)`` gives the four ``(log prior, log
 likelihood, prior gradient, likelihood gradient)``, the likelihood's the sum over the
-minibatch's data points (:class:`core.base.Parts`)."""
+minibatch's data points (:class:`core.base.Parts`); for ``tempering`` of the likelihood,
+the pair ``(log prior, log likelihood)``."""
 ConditionalFn = Callable[[FloatArray, np.random.Generator], npt.ArrayLike]
 """A draw of one block from its full conditional (``gibbs``): ``draw(x, rng)`` with ``x``
 the chain's current point (read-only, every coordinate) and ``rng`` a numpy generator
@@ -256,7 +257,22 @@ def evaluate_parts(
 ) -> tuple[float, FloatArray | None, Parts | None]:
     """``fn`` at ``proposal``: :func:`evaluate`'s pair, and for a sampler told the
     target in parts (``evaluation.parts``) the parts from ``fn(x, minibatch)``, whose
-    value is the estimate ``log prior + (N / n) log likelihood``."""
+    value is the estimate ``log prior + (N / n) log likelihood``; for one that needs the
+    log prior and log likelihood apart without gradients (its ``needs_parts``), the
+    pair ``fn(x)``, whose value is their sum."""
+    needs_parts = sampler.needs_parts
+    if needs_parts is not None and needs_parts(params):
+        pair = fn(proposal.position)
+        if not (isinstance(pair, tuple) and len(pair) == 2):
+            raise TypeError(
+                f"{sampler.name} with these options tempers the likelihood: the function "
+                "must return the pair (log prior, log likelihood)"
+            )
+        log_prior, log_likelihood = float(pair[0]), float(pair[1])
+        nan = np.full(proposal.position.size, np.nan)
+        split = Parts(log_prior, log_likelihood, nan, nan)
+        value = -np.inf if log_prior == -np.inf else log_prior + log_likelihood
+        return float(value), None, split
     if not sampler.evaluation.parts:
         value, gradient = evaluate(sampler, fn, proposal.position)
         return value, gradient, None

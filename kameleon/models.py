@@ -333,7 +333,9 @@ class ChainDiagnostics:
 class EvidenceSummary:
     """What importance weights say (``importance``): the log evidence (the log of the
     density's normalising constant) and its standard error, the weights' effective
-    sample size, their Pareto k (above 0.7: unreliable), over ``draws`` draws."""
+    sample size, their Pareto k (above 0.7: unreliable), over ``draws`` draws. For
+    ``tempering``: its stepping stones' log evidence, the chains' spread as the standard
+    error, the smallest stone's effective sample size, and a NaN Pareto k."""
 
     log_evidence: float
     standard_error: float
@@ -356,7 +358,7 @@ class EvidenceSummary:
 @dataclass(frozen=True, slots=True)
 class Diagnostics:
     """``GET /v1/sessions/{id}/diagnostics``: per parameter and per chain, warnings, and
-    for importance sampling the evidence."""
+    for importance sampling and parallel tempering the evidence."""
 
     draws: int
     parameters: list[ParameterDiagnostics]

@@ -28,6 +28,7 @@ from kameleon._run import (
     single_threaded_worker,
 )
 from kameleon.client import Client
+from kameleon.core import SAMPLERS
 from kameleon.core.checks import Finding, StopRule
 from kameleon.core.rng import Stream, fresh_generator, substream
 from kameleon.core.run import Interrupted
@@ -299,7 +300,8 @@ def session_result(
     log_density = draws.log_density
     assert log_density is not None  # JSON pages carry them
     log_weights = None
-    if diagnostics.evidence is not None and not include_warmup:
+    sampler = SAMPLERS.get(session.algorithm)
+    if sampler is not None and sampler.weighted and not include_warmup:
         log_weights = client.weights(session_id)
         if log_weights.shape != log_density.shape:  # draws told meanwhile
             log_weights = None

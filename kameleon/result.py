@@ -190,7 +190,12 @@ class Result:
                 f"{p.ess_bulk:>10.0f}{p.ess_tail:>10.0f}{p.r_hat:>8.4f}"
             )
         ev = self.evidence
-        if ev is not None:
+        if ev is not None and self.algorithm == "tempering":
+            lines.append(
+                f"log evidence {ev.log_evidence:.4f} +- {ev.standard_error:.4f} "
+                f"(stepping stones, smallest stone ESS {ev.ess:.0f} of {ev.draws} draws)"
+            )
+        elif ev is not None:
             lines.append(
                 f"log evidence {ev.log_evidence:.4f} +- {ev.standard_error:.4f} "
                 f"(importance ESS {ev.ess:.0f} of {ev.draws} draws, Pareto k {ev.pareto_k:.2f})"
@@ -200,8 +205,11 @@ class Result:
     @property
     def evidence(self) -> EvidenceSummary | None:
         """For importance sampling (``algorithm="importance"``), the log evidence and its
-        standard error, the weights' ESS and Pareto k; ``None`` for a Markov chain.
-        The weighted draws' own log weights are ``sample_stats["log_weight"]``."""
+        standard error, the weights' ESS and Pareto k; for parallel tempering
+        (``algorithm="tempering"``), its stepping-stone log evidence, the chains' spread as
+        its standard error (NaN with one chain), the smallest stone's ESS and a NaN Pareto
+        k; ``None`` for another Markov chain. The weighted draws' own log weights are
+        ``sample_stats["log_weight"]``."""
         return self.diagnostics.evidence
 
     def warning_lines(self) -> list[str]:

@@ -48,18 +48,18 @@ class ProposalOut(BaseModel):
     id: str
     chain: int
     iteration: int
-    kind: Literal["init", "proposal", "leapfrog", "gradient_check", "minibatch", "conditional"] = (
-        Field(
-            description="init: a chain's initial point; proposal: a transition's (last) "
-            "point, or for `gibbs` a block's Metropolis-Hastings proposal; leapfrog and "
-            "gradient_check: an evaluation within a transition that "
-            "needs several (a point of a Hamiltonian trajectory; a point of the "
-            "finite-difference check of the told gradients), told like any other; "
-            "minibatch: `sgld`'s evaluation of a minibatch at the chain's current point; "
-            "conditional: `gibbs` asks the client to draw the block `block` (coordinates "
-            "`indices`) from its full conditional at `x`, the chain's current point, and to "
-            "tell the draw with the log density at the point it makes."
-        )
+    kind: Literal[
+        "init", "proposal", "leapfrog", "gradient_check", "minibatch", "conditional", "tempered"
+    ] = Field(
+        description="init: a chain's initial point; proposal: a transition's (last) "
+        "point, or for `gibbs` a block's Metropolis-Hastings proposal; leapfrog, "
+        "gradient_check and tempered: an evaluation within a transition that needs "
+        "several (a point of a Hamiltonian trajectory; a point of the finite-difference "
+        "check of the told gradients; a hot rung's proposal of `tempering`), told like "
+        "any other; minibatch: `sgld`'s evaluation of a minibatch at the chain's current "
+        "point; conditional: `gibbs` asks the client to draw the block `block` "
+        "(coordinates `indices`) from its full conditional at `x`, the chain's current "
+        "point, and to tell the draw with the log density at the point it makes."
     )
     step: int = Field(
         description="The evaluation's place in its transition (from 0); 0 for samplers "

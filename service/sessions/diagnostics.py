@@ -30,7 +30,7 @@ class Diagnostics:
     def __init__(self, store: Store, chains: Chains) -> None:
         self.store = store
         #: Decodes the chains' states: importance sampling's diagnostics weigh the draws
-        #: against the chains' proposals.
+        #: against the chains' proposals, tempering's evidence is in its chains' states.
         self.chains = chains
         #: Per session, the largest multiple of ``check_every`` its stopping rule was
         #: checked at by this process.
@@ -72,7 +72,7 @@ class Diagnostics:
             for k, name in enumerate(meta.stats)
         }
         states = None
-        if meta.sampler.weighted:
+        if meta.sampler.weighted or meta.sampler.chain_evidence is not None:
             states = [(await self.chains.decode(meta, r)).state for r in records]
         assessment = await asyncio.to_thread(
             assess,

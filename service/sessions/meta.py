@@ -201,6 +201,13 @@ def new_meta(body: SessionCreate, owner: str, settings: Settings) -> SessionMeta
             "pseudo_marginal needs every block updated by Metropolis-Hastings",
             field="pseudo_marginal",
         )
+    if body.pseudo_marginal and sampler.needs_exact_density:
+        raise Invalid(
+            f"{body.algorithm} evaluates tempered copies of the density in each transition, "
+            "and a tempered unbiased estimate is not an unbiased estimate of the tempered "
+            "density: pseudo_marginal needs a sampler of the target itself",
+            field="pseudo_marginal",
+        )
     stop = None
     if body.stop is not None and sampler.weighted:
         raise Invalid(

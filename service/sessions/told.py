@@ -261,8 +261,13 @@ def _sum_of_parts(meta: SessionMeta, i: int, result: Result) -> float:
 def _value(meta: SessionMeta, i: int, result: Result) -> tuple[float, Parts | None]:
     """The told value, and the target's parts for a sampler told them (``sgld``, whose
     value is the estimate ``log_prior + (N / n) log_likelihood``, and which ignores a
-    told ``log_density``). Every other sampler takes ``log_density``, or
+    told ``log_density``). A sampler that needs the parts apart without gradients
+    (``tempering`` of the likelihood) takes their sum and the parts
+    (:func:`_split`). Every other sampler takes ``log_density``, or
     ``prior_power * log_prior + log_likelihood`` from a result told in parts."""
+    needs_parts = meta.sampler.needs_parts
+    if needs_parts is not None and needs_parts(meta.params):
+        return _split(meta, i, result)
     if not meta.sampler.evaluation.parts:
         if _in_parts(result):
             return _sum_of_parts(meta, i, result), None
@@ -285,6 +290,27 @@ def _value(meta: SessionMeta, i: int, result: Result) -> tuple[float, Parts | No
             field=f"results.{i}.log_likelihood",
         )
     return value, parts
+
+
+def _split(meta: SessionMeta, i: int, result: Result) -> tuple[float, Parts]:
+    """The log prior and log likelihood of a sampler that uses them apart and needs no
+    gradient (``tempering`` with ``tempered: "likelihood"``): both required, the value
+    checked and summed as for any result told in parts, the prior raised to
+    ``prior_power``."""
+    if not _in_parts(result):
+        raise Invalid(
+            f"results[{i}].log_prior: {meta.algorithm} with these options tempers the "
+            "likelihood: every result tells log_prior and log_likelihood apart, never "
+            "log_density alone",
+            field=f"results.{i}.log_prior",
+        )
+    value = _sum_of_parts(meta, i, result)
+    unused = _UNUSED.setdefault(meta.dim, _nan(meta.dim))
+    if value == -math.inf:
+        return value, Parts(-math.inf, math.nan, unused, unused)
+    power = meta.prior_power
+    log_prior = power * float(result.log_prior)  # type: ignore[arg-type]
+    return value, Parts(log_prior, float(result.log_likelihood), unused, unused)  # type: ignore[arg-type]
 
 
 def _gradient(meta: SessionMeta, i: int, result: Result, value: float) -> FloatArray | None:

@@ -57,7 +57,11 @@ def _value(chain: int, proposal: Proposal) -> float:
 # by tell_many (tell_one each).
 @pytest.mark.parametrize(
     "name",
-    sorted(n for n, s in SAMPLERS.items() if not (s.evaluation.gradient or s.evaluation.parts)),
+    sorted(
+        n
+        for n, s in SAMPLERS.items()
+        if not (s.evaluation.gradient or s.evaluation.parts or s.multistep)
+    ),
 )
 def test_tell_many_equals_tell_chain_by_chain(name: str) -> None:
     sampler = SAMPLERS[name]

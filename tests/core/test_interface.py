@@ -126,8 +126,9 @@ def test_ask_is_pure(name: str) -> None:
         first, second = sampler.ask(state, params), sampler.ask(state, params)
         _assert_identical(first, second, "proposal")
         # A Hamiltonian sampler's transition starts with a point of its trajectory.
-        # SGLD's evaluates a minibatch at the current point.
-        assert first.kind in ("proposal", "leapfrog", "minibatch")
+        # SGLD's evaluates a minibatch at the current point; parallel tempering's begins
+        # with its hottest rung's proposal.
+        assert first.kind in ("proposal", "leapfrog", "minibatch", "tempered")
         assert first.iteration == state.iteration + 1
         assert first.position.shape == (DIM,) and not first.position.flags.writeable
         assert _encoded(state) == before
@@ -196,7 +197,11 @@ def test_a_proposal_outside_the_support_is_rejected(name: str) -> None:
     params = _params(sampler)
     state = _states_at(sampler, params, 0)[0]
     new, info = _tell(sampler, state, params, sampler.ask(state, params), -math.inf)
-    assert info.outcome in ("rejected", "step") and info.acceptance_probability == 0.0
+    while info.outcome == "step" and SAMPLERS[name].multistep:
+        # Parallel tempering: every rung's point is rejected in turn, the cold one's last.
+        assert info.acceptance_probability == 0.0
+        new, info = _tell(sampler, new, params, sampler.ask(new, params), -math.inf)
+    assert info.outcome == "rejected" and info.acceptance_probability == 0.0
     assert new.position.tobytes() == state.position.tobytes()
     assert new.logdensity == state.logdensity
     if info.outcome == "step":  # a block of a gibbs sweep: the sweep goes on, unmoved

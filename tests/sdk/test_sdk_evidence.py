@@ -99,3 +99,19 @@ def test_a_markov_chains_draws_weigh_the_same(server: str) -> None:
     np.testing.assert_array_equal(result.resample(), result.draws.reshape(-1, 2))
     with kameleon.Client(server) as client:
         np.testing.assert_array_equal(client.weights(result.session), np.zeros((4, 100)))
+
+
+@pytest.mark.slow  # 8 chains x 500 transitions of 4 evaluations each way
+@pytest.mark.parametrize("where", ["in process", "service"])
+def test_the_evidence_of_parallel_tempering(where: str, server: str) -> None:
+    # The reference mode on the same Gaussian, 4 rungs: the log evidence within 3 of its
+    # standard errors (about 0.03), and the summary says how it was computed.
+    url = server if where == "service" else None
+    result = kameleon.sample(
+        _logdensity, dim=2, algorithm="tempering", chains=8, warmup=200, iterations=300,
+        seed=3, url=url, progress=False, temperatures=4,
+    )  # fmt: skip
+    ev = result.evidence
+    assert ev is not None and ev.draws == 8 * 300 and math.isnan(ev.pareto_k)
+    assert abs(ev.log_evidence - LOG_Z) < 3 * ev.standard_error, (ev, LOG_Z)
+    assert "stepping stones" in result.summary()

@@ -36,6 +36,7 @@ FILLED = {
     "importance": {},
     "gibbs": {},  # one block per coordinate: the most records of told values
     "ensemble": {},
+    "tempering": {},  # fixed-size arrays: every rung's state, window sums and factor
 }
 
 

@@ -33,8 +33,10 @@ log = logging.getLogger("kameleon.client")
 DEFAULT_URL = "http://127.0.0.1:8000"
 
 #: A result to tell: ``{"id": ..., "log_density": ..., "gradient": [...]}`` (with
-#: ``"draw": [...]`` at a ``gibbs`` conditional proposal) or the pair
-#: ``(id, log_density)``. A log density of ``-inf`` or ``None`` is outside the support.
+#: ``"draw": [...]`` at a ``gibbs`` conditional proposal; or the target in parts,
+#: ``"log_prior"`` and ``"log_likelihood"``, with ``"prior_gradient"`` for a gradient
+#: sampler, ``log_density`` then optional) or the pair ``(id, log_density)``. A log
+#: density of ``-inf`` or ``None`` is outside the support.
 TellInput = Mapping[str, Any] | tuple[str, float | None]
 
 #: Failures after which the request certainly did not reach the service.
@@ -96,10 +98,15 @@ def _results(results: Sequence[TellInput]) -> list[dict[str, Any]]:
             rid, value = r
             out.append({"id": str(rid), "log_density": _log_density(value)})
         else:
-            item: dict[str, Any] = {
-                "id": str(r["id"]),
-                "log_density": _log_density(r.get("log_density")),
-            }
+            item: dict[str, Any] = {"id": str(r["id"])}
+            parts = "log_prior" in r or "log_likelihood" in r
+            if "log_density" in r or not parts:
+                item["log_density"] = _log_density(r.get("log_density"))
+            for name in ("log_prior", "log_likelihood"):  # the target in parts
+                if name in r:
+                    item[name] = _log_density(r[name])
+            if r.get("prior_gradient") is not None:
+                item["prior_gradient"] = [float(g) for g in r["prior_gradient"]]
             if r.get("gradient") is not None:
                 item["gradient"] = [float(g) for g in r["gradient"]]
             if r.get("draw") is not None:  # gibbs: a conditional block's draw

@@ -173,6 +173,8 @@ def _drive(
     """Run the workers on the session until it is done; its result. Interrupted
     (Ctrl-C), the result so far, with a warning that says how to go on."""
     drawing = conditionals if conditionals is not None else Conditionals(0, {})
+    if _told_in_parts(client.get_session(session_id)):
+        logdensity = _InParts(logdensity)
     state = _Shared(bar=_Progress(total, progress and total > 0))
     pool: Executor | None = (
         ProcessPoolExecutor(max_workers=workers, initializer=single_threaded_worker)
@@ -417,6 +419,45 @@ class Conditionals:
         return draw.tolist(), point
 
 
+def _told_in_parts(session: Session) -> bool:
+    """Whether ``session``'s results tell the log prior and the log likelihood apart
+    (``tempering`` of the likelihood): the log density function then returns the pair."""
+    sampler = SAMPLERS.get(session.algorithm)
+    if sampler is None or sampler.needs_parts is None:
+        return False
+    params = sampler.make_params(session.dim, session.options, warmup=session.warmup)
+    return bool(sampler.needs_parts(params))
+
+
+@dataclass(frozen=True)
+class _Parts:
+    log_prior: float
+    log_likelihood: float
+
+
+@dataclass(frozen=True)
+class _InParts:
+    """A log density function that returns ``(log prior, log likelihood)``, whose pair
+    is told as the two parts (a module-level class, so that a process pool takes it)."""
+
+    logdensity: LogDensity
+
+    def __call__(self, x: npt.NDArray[np.float64]) -> _Parts:
+        told = self.logdensity(x)
+        if not (isinstance(told, tuple | list) and len(told) == 2):
+            raise ValueError(
+                "this session tells the log prior and the log likelihood apart: the "
+                f"function must return the pair (log prior, log likelihood), not {told!r}"
+            )
+        prior, likelihood = (-math.inf if v is None else float(v) for v in told)
+        if math.isnan(prior + likelihood) or prior == math.inf or likelihood == math.inf:
+            raise ValueError(
+                f"the log prior and log likelihood at {x.tolist()} are {prior} and "
+                f"{likelihood}; each must be a number < +inf, or -inf"
+            )
+        return _Parts(prior, likelihood)
+
+
 def _evaluate(
     proposals: list[Proposal],
     logdensity: LogDensity,
@@ -438,6 +479,15 @@ def _evaluate(
             x = np.array(p.x, dtype=np.float64)
             x.flags.writeable = False
         told = pool.submit(logdensity, x).result() if pool is not None else logdensity(x)
+        if isinstance(told, _Parts):
+            results.append(
+                {
+                    "id": p.id,
+                    "log_prior": _json_value(told.log_prior),
+                    "log_likelihood": _json_value(told.log_likelihood),
+                }
+            )
+            continue
         gradient = None
         if isinstance(told, tuple) and len(told) == 2:
             told, gradient = told

@@ -102,6 +102,25 @@ def test_ask_tell_step_and_reset(server: str) -> None:
         assert [c.iterations for c in done.chain_summaries] == [30, 30]
 
 
+def test_a_result_may_tell_the_prior_and_the_likelihood_apart(server: str) -> None:
+    # The client passes log_prior and log_likelihood through (and no log_density unless
+    # given): the service records their sum, and a retry of the same parts is a duplicate.
+    with kameleon.Client(server) as client:
+        session = client.create_session(2, chains=1, initial=[0.5, 0.5], seed=4, warmup=5)
+        (p,) = client.ask(session.id, max=1).proposals
+        parts = {"id": p.id, "log_prior": -1.5, "log_likelihood": -2.25}
+        assert client.tell(session.id, [parts])[0].outcome == "initialized"
+        assert client.tell(session.id, [{**parts, "log_density": -3.75}])[0].outcome == (
+            "duplicate"
+        )
+        (q,) = client.ask(session.id, max=1).proposals
+        told = client.tell(session.id, [{"id": q.id, "log_prior": None, "log_likelihood": 0.0}])
+        assert told[0].outcome == "rejected"  # a log prior of -inf: outside the support
+        draws = client.draws(session.id, include_warmup=True)
+        assert draws.log_density is not None
+        assert draws.log_density[0].tolist() == [-3.75]  # the first draw stayed put
+
+
 def test_draws_follow_every_page_in_json_and_npy(server: str) -> None:
     chains, warmup, total = 4, 20, 320  # 300 post-warm-up draws per chain
     requests: list[str] = []

@@ -394,10 +394,12 @@ class Sampler(Generic[S, P]):
         the log prior and the log likelihood apart (:class:`Parts`, without gradients),
         which ``tell_parts`` then receives; a result told in parts to a sampler that does
         not need them still goes to its ``tell_parts`` when it has one. ``None``: never.
-    needs_exact_density
-        Whether the sampler needs the density itself, not an unbiased estimate of it
-        (``tempering`` raises it to powers, and a power of an unbiased estimate is not
-        an unbiased estimate of the power): ``pseudo_marginal`` is refused.
+    pseudo_marginal_refusal
+        ``pseudo_marginal_refusal(params)``: why, with these options, the sampler needs
+        the density itself and not an unbiased estimate of it (``tempering`` raises it to
+        powers, and a power of an unbiased estimate is not an unbiased estimate of the
+        power; ``gibbs``'s conditional blocks are exact full conditionals), or ``None``
+        when an estimate will do: the service then refuses ``pseudo_marginal`` with it.
     chain_evidence
         ``chain_evidence(states, params) -> (evidence, findings)``: for a Markov chain
         sampler that estimates the evidence in its chains' states (``tempering``), the
@@ -432,7 +434,7 @@ class Sampler(Generic[S, P]):
     ensemble_size: Callable[[P], int] | None = None
 
     needs_parts: Callable[[P], bool] | None = None
-    needs_exact_density: bool = False
+    pseudo_marginal_refusal: Callable[[P], str | None] | None = None
     chain_evidence: Callable[[Sequence[S], P], tuple[Any, list[Any]]] | None = None
 
 

@@ -235,6 +235,19 @@ def _draw_offsets(params: Params) -> tuple[tuple[int, ...], int]:
     return tuple(offsets), at
 
 
+def pseudo_marginal_refusal(params: Params) -> str | None:
+    """With a conditional block, why an unbiased estimate of the density will not do;
+    with Metropolis-Hastings blocks only, ``None``: each block update is then a
+    pseudo-marginal step that keeps the current point's estimate (see ``Sampler``)."""
+    if not any(block.conditional for block in params.blocks or ()):
+        return None
+    return (
+        "with conditional blocks takes draws from exact full conditionals, which an "
+        "unbiased estimate of the density does not give: pseudo_marginal needs every "
+        "block updated by Metropolis-Hastings"
+    )
+
+
 def conditional_indices(params: Params, step: int) -> tuple[int, ...] | None:
     """The coordinates the evaluation at ``step`` of a sweep asks the client to draw,
     ``None`` for a Metropolis-Hastings update (or a step beyond the sweep)."""
@@ -536,4 +549,5 @@ SAMPLER: Sampler[State, Params] = Sampler(
     tell_draw=tell_draw,
     conditional_indices=conditional_indices,
     told_record=told_record,
+    pseudo_marginal_refusal=pseudo_marginal_refusal,
 )

@@ -689,6 +689,15 @@ def evidence_of(states: Sequence[State], params: Params) -> tuple[Evidence | Non
     return chain_evidence(states, params), evidence_findings(states, params)
 
 
+def pseudo_marginal_refusal(params: Params) -> str:
+    """Why an unbiased estimate of the density will not do (see ``Sampler``)."""
+    return (
+        "evaluates tempered copies of the density in each transition, and a tempered "
+        "unbiased estimate is not an unbiased estimate of the tempered density: "
+        "pseudo_marginal needs a sampler of the target itself"
+    )
+
+
 def needs_parts(params: Params) -> bool:
     """Whether every result must tell the log prior and the log likelihood apart."""
     return params.tempered == "likelihood"
@@ -716,7 +725,7 @@ SAMPLER: Sampler[State, Params] = Sampler(
     parts_value=parts_value,
     stats=("cold_acceptance", "swap_acceptance"),
     multistep=True,
-    needs_exact_density=True,
+    pseudo_marginal_refusal=pseudo_marginal_refusal,
     needs_parts=needs_parts,
     chain_evidence=evidence_of,
 )

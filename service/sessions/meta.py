@@ -192,22 +192,13 @@ def new_meta(body: SessionCreate, owner: str, settings: Settings) -> SessionMeta
             "without gradients",
             field="pseudo_marginal",
         )
-    if body.pseudo_marginal and any(
-        block.conditional for block in (getattr(params, "blocks", None) or ())
-    ):
-        raise Invalid(
-            f"{body.algorithm} with conditional blocks takes draws from exact full "
-            "conditionals, which an unbiased estimate of the density does not give: "
-            "pseudo_marginal needs every block updated by Metropolis-Hastings",
-            field="pseudo_marginal",
-        )
-    if body.pseudo_marginal and sampler.needs_exact_density:
-        raise Invalid(
-            f"{body.algorithm} evaluates tempered copies of the density in each transition, "
-            "and a tempered unbiased estimate is not an unbiased estimate of the tempered "
-            "density: pseudo_marginal needs a sampler of the target itself",
-            field="pseudo_marginal",
-        )
+    refusal = (
+        sampler.pseudo_marginal_refusal(params)
+        if body.pseudo_marginal and sampler.pseudo_marginal_refusal is not None
+        else None
+    )
+    if refusal is not None:
+        raise Invalid(f"{body.algorithm} {refusal}", field="pseudo_marginal")
     stop = None
     if body.stop is not None and sampler.weighted:
         raise Invalid(

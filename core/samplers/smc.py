@@ -27,7 +27,7 @@ iteration ``t`` moving particle ``t mod N``, so that a stage is ``N * moves``
 transitions. The proposal is Gaussian with covariance
 ``lambda (2.38^2 / d) (Sigma + nugget I)``, ``Sigma`` the weighted covariance of the
 population when the stage began and ``log lambda`` moved by
-``(acceptance - target_acceptance)`` of the stage before (both fixed within a stage).
+``2 (acceptance - target_acceptance)`` of the stage before (both fixed within a stage).
 The stage ends inside the ``tell`` of its last move (no evaluation): the next
 ``beta' = beta + delta`` is chosen by bisection so that the conditional effective sample
 size of the incremental weights ``w_i = exp(delta l_i)``,
@@ -42,8 +42,9 @@ evaluations end a stage of their own.
 session's warm-up; the warm-up's remaining transitions move the population at
 ``beta = 1``, adapting the proposal at every stage's end. If ``beta < 1`` at the last
 warm-up transition, that transition ends the stage with ``beta' = 1`` whatever the
-effective sample size, and the chain is marked unfinished: the ``smc_unfinished``
-warning, and its evidence is unreliable (a warm-up shorter than the starting
+effective sample size; when that step takes the conditional effective sample size
+below ``ess_fraction`` (it skipped stages), the chain is marked unfinished: the
+``smc_unfinished`` warning, and its evidence is unreliable (a warm-up shorter than the starting
 evaluations, ``N``, ends the tempering at iteration ``N``, after warm-up: the draws
 before are the reference's). After warm-up nothing adapts or resamples: every particle
 is an exact random-walk Metropolis chain for the target, with a fixed proposal, and the
@@ -54,7 +55,8 @@ assessment reads the particles as ``ensemble``'s walkers (the record's
 **The evidence** ``Z = ∫ exp(a + l)`` (the reference integrates to 1; in the likelihood
 mode the prior's normaliser times the marginal likelihood): each chain's estimate is the
 sum of its stages' ``log sum W w`` (in the likelihood mode with the starting weights'
-``log mean w``), an unbiased estimate of ``Z`` itself. :func:`chain_evidence` averages
+``log mean w``), the log of an estimate of ``Z`` that is unbiased for fixed
+temperatures (the adaptive ones, chosen from the same particles, add a small bias). :func:`chain_evidence` averages
 the chains' ``log Z`` and takes their spread for the standard error, as ``tempering``
 does; the estimate of ``log Z`` is biased low by about half its variance per chain.
 """

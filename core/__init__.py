@@ -22,6 +22,7 @@ from kameleon.core.samplers import (
     nuts,
     rwm,
     sgld,
+    smc,
     tempering,
 )
 
@@ -43,6 +44,7 @@ SAMPLERS: dict[str, Sampler[Any, Any]] = {
         importance.SAMPLER,
         ensemble.SAMPLER,
         tempering.SAMPLER,
+        smc.SAMPLER,
     )
 }
 

@@ -10,7 +10,7 @@ only; the checks of a chain's own draws (``stuck``, ``chain_mean``) read its wal
 one after the other; and each parameter gets emcee's integrated autocorrelation time
 (:mod:`core.autocorr`), with the ``short_run`` warning under 50 of them. A sampler
 whose chains estimate the evidence in their states (its record's ``chain_evidence``:
-``tempering``) adds that evidence and its warnings. Weighted draws (a sampler whose
+``tempering``, ``smc``) adds that evidence and its warnings. Weighted draws (a sampler whose
 record says ``weighted``) are not chains: they are weighed against the mixture of every chain's proposal (the
 sampler's ``mixture_log_weights``), and judged by their weights: the Pareto k of their
 tail and their effective sample size.

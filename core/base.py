@@ -386,9 +386,10 @@ class Sampler(Generic[S, P]):
         retry of an evaluation applied before is a duplicate whatever its value.
     ensemble_size
         ``ensemble_size(params)``: for a sampler whose chain is an ensemble of walkers
-        updated in turn (``ensemble``), the walkers ``W``: iteration ``t`` records walker
-        ``t mod W``, and the assessment judges the draws as ``W`` interleaved walkers
-        (:mod:`core.autocorr`). ``None``: the draws are one chain's.
+        updated in turn (``ensemble``; ``smc``'s population of particles, read the same
+        way), the walkers ``W``: iteration ``t`` records walker ``t mod W``, and the
+        assessment judges the draws as ``W`` interleaved walkers (:mod:`core.autocorr`).
+        ``None``: the draws are one chain's.
     needs_parts
         ``needs_parts(params)``: whether, with these options, every told result must give
         the log prior and the log likelihood apart (:class:`Parts`, without gradients),
@@ -402,7 +403,7 @@ class Sampler(Generic[S, P]):
         when an estimate will do: the service then refuses ``pseudo_marginal`` with it.
     chain_evidence
         ``chain_evidence(states, params) -> (evidence, findings)``: for a Markov chain
-        sampler that estimates the evidence in its chains' states (``tempering``), the
+        sampler that estimates the evidence in its chains' states (``tempering``, ``smc``), the
         :class:`core.evidence.Evidence` (``None`` before there is one) and its warnings
         (:class:`core.checks.Finding`), which :func:`core.assess.assess` reports.
     """

@@ -144,11 +144,13 @@ CODES = (
     "unseen_modes",
     "swap_rate_low",
     "evidence_unreliable",
+    "smc_unfinished",
 )
 """Every finding's code, in the order :func:`check` reports them (``short_run`` is an
 ensemble's, :func:`core.assess.ensemble_findings`; ``pareto_k``, ``importance_ess`` and
-``unseen_modes`` importance sampling's, :func:`core.assess.importance_findings`; the
-last two parallel tempering's, ``core.samplers.tempering.evidence_findings``)."""
+``unseen_modes`` importance sampling's, :func:`core.assess.importance_findings`; ``swap_rate_low`` and ``evidence_unreliable`` parallel tempering's,
+``core.samplers.tempering.evidence_findings`` (the second also ``smc``'s);
+``smc_unfinished`` sequential Monte Carlo's, ``core.samplers.smc.evidence_findings``)."""
 
 
 class SamplingWarning(UserWarning):
@@ -220,6 +222,8 @@ HINTS: dict[str, str] = {
     "every mode is found by several",
     "swap_rate_low": "give the ladder more temperatures, or a longer warm-up so that it adapts",
     "evidence_unreliable": "run at least 4 chains, longer, or with more temperatures",
+    "smc_unfinished": "run a longer warm-up, or fewer particles or moves per stage, so that "
+    "the tempering reaches beta = 1 within it",
 }
 """What to try, per code: one line each."""
 

@@ -40,7 +40,7 @@ LogDensityFn = Callable[..., Any]
 (:class:`core.base.Evaluation`), the pair ``(log density, gradient)``; for one told the
 target in parts (``sgld``), ``f(x, minibatch)`` gives the four ``(log prior, log
 likelihood, prior gradient, likelihood gradient)``, the likelihood's the sum over the
-minibatch's data points (:class:`core.base.Parts`); for ``tempering`` of the likelihood,
+minibatch's data points (:class:`core.base.Parts`); for ``tempering`` or ``smc`` of the likelihood,
 the pair ``(log prior, log likelihood)``."""
 ConditionalFn = Callable[[FloatArray, np.random.Generator], npt.ArrayLike]
 """A draw of one block from its full conditional (``gibbs``): ``draw(x, rng)`` with ``x``

@@ -335,7 +335,9 @@ class EvidenceSummary:
     density's normalising constant) and its standard error, the weights' effective
     sample size, their Pareto k (above 0.7: unreliable), over ``draws`` draws. For
     ``tempering``: its stepping stones' log evidence, the chains' spread as the standard
-    error, the smallest stone's effective sample size, and a NaN Pareto k."""
+    error, the smallest stone's effective sample size, and a NaN Pareto k. For ``smc``:
+    its stages' log evidence, the chains' spread as the standard error, the smallest
+    stage's conditional effective sample size (in particles), and a NaN Pareto k."""
 
     log_evidence: float
     standard_error: float
@@ -358,7 +360,7 @@ class EvidenceSummary:
 @dataclass(frozen=True, slots=True)
 class Diagnostics:
     """``GET /v1/sessions/{id}/diagnostics``: per parameter and per chain, warnings, and
-    for importance sampling and parallel tempering the evidence."""
+    for importance sampling, parallel tempering and sequential Monte Carlo the evidence."""
 
     draws: int
     parameters: list[ParameterDiagnostics]

@@ -195,6 +195,11 @@ class Result:
                 f"log evidence {ev.log_evidence:.4f} +- {ev.standard_error:.4f} "
                 f"(stepping stones, smallest stone ESS {ev.ess:.0f} of {ev.draws} draws)"
             )
+        elif ev is not None and self.algorithm == "smc":
+            lines.append(
+                f"log evidence {ev.log_evidence:.4f} +- {ev.standard_error:.4f} "
+                f"(sequential Monte Carlo, smallest stage ESS {ev.ess:.0f} particles)"
+            )
         elif ev is not None:
             lines.append(
                 f"log evidence {ev.log_evidence:.4f} +- {ev.standard_error:.4f} "
@@ -208,7 +213,9 @@ class Result:
         standard error, the weights' ESS and Pareto k; for parallel tempering
         (``algorithm="tempering"``), its stepping-stone log evidence, the chains' spread as
         its standard error (NaN with one chain), the smallest stone's ESS and a NaN Pareto
-        k; ``None`` for another Markov chain. The weighted draws' own log weights are
+        k; for sequential Monte Carlo (``algorithm="smc"``), the chains' estimates from
+        their stages, with the same standard error, the smallest stage's conditional ESS
+        in particles and a NaN Pareto k; ``None`` for another Markov chain. The weighted draws' own log weights are
         ``sample_stats["log_weight"]``."""
         return self.diagnostics.evidence
 

@@ -72,9 +72,12 @@ class WarningOut(BaseModel):
     - `swap_rate_low` (`tempering`): two neighbouring rungs swapped with a probability
       (`value`, over the chains after warm-up) under `threshold` (0.02): the ladder is
       too sparse there, and the cold chain may miss modes the hot ones found.
-    - `evidence_unreliable` (`tempering`): the evidence's standard error is the spread
-      of fewer than 4 chains' estimates (`value`: the chains; missing with one), or a
-      stepping stone's weights have an effective sample size (`value`) under 100.
+    - `evidence_unreliable` (`tempering`, `smc`): the evidence's standard error is the
+      spread of fewer than 4 chains' estimates (`value`: the chains; missing with one),
+      or a stepping stone's weights have an effective sample size (`value`) under 100.
+    - `smc_unfinished` (`smc`): `value` chains had not reached beta = 1 when warm-up
+      ended; their last step to 1 was forced, so their evidence and their first
+      post-warm-up draws are unreliable (`threshold`: 0).
 
     For `importance` the draws are not chains: `rhat`, `ess_*`, `acceptance_*`,
     `stuck`, `chain_mean` and `improper` are not judged.
@@ -183,27 +186,28 @@ class Evidence(BaseModel):
     """What the importance weights say (`importance`), over every chain's post-warm-up
     draws cut to a common length, each weighed against the mixture of the chains'
     proposals; or the stepping stones of `tempering`, from every post-warm-up state of
-    each chain's rungs."""
+    each chain's rungs; or the stages' incremental weights of `smc`."""
 
     log_evidence: float | None = Field(
         description="log of the mean weight: the log of the density's normalising "
         "constant (the log evidence when the density is prior times likelihood); null "
         "when every weight is zero. `tempering`: the mean of the chains' stepping-stone "
-        "estimates."
+        "estimates; `smc`: the mean of the chains' estimates from their stages."
     )
     standard_error: float | None = Field(
         description="Its standard error, sd(w) / (sqrt(n) mean(w)): trusted only while "
-        "pareto_k is at most 0.7. `tempering`: the chains' estimates' sd over "
+        "pareto_k is at most 0.7. `tempering`, `smc`: the chains' estimates' sd over "
         "sqrt(chains); null with one chain."
     )
     ess: float | None = Field(
         description="The weights' effective sample size (Kish); `tempering`: the smallest "
-        "over its stepping stones, summed over the chains."
+        "over its stepping stones, summed over the chains; `smc`: the smallest conditional "
+        "ESS a stage ended with, in particles, summed over the chains."
     )
     pareto_k: float | None = Field(
         description="The Pareto k of the weights' tail (Vehtari et al.): under 0.5 "
         "reliable, 0.5 to 0.7 slower, over 0.7 unreliable; null with too few draws, and "
-        "for `tempering`."
+        "for `tempering` and `smc`."
     )
     draws: int
 
@@ -240,10 +244,11 @@ class Diagnostics(BaseModel):
     )
     evidence: Evidence | None = Field(
         None,
-        description="`importance` and `tempering` only (null otherwise): the log "
+        description="`importance`, `tempering` and `smc` only (null otherwise): the log "
         "evidence and its diagnostics. For `importance`, its parameters' statistics are "
         "the weighted mean and sd, the MCSE sd / sqrt(ess), `ess` as both ESS, and a null "
-        "R-hat; `tempering`'s are its cold chains', as any Markov chain's.",
+        "R-hat; `tempering`'s are its cold chains', as any Markov chain's; `smc`'s its "
+        "particles', each read as a chain, as `ensemble`'s walkers.",
     )
 
 

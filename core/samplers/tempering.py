@@ -58,7 +58,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, Protocol
 
 import numpy as np
 
@@ -92,6 +92,7 @@ __all__ = [
     "SAMPLER",
     "Params",
     "State",
+    "TemperedParams",
     "adapt_ladder",
     "ask",
     "chain_evidence",
@@ -99,8 +100,11 @@ __all__ = [
     "evidence_findings",
     "geometric_ladder",
     "init",
+    "likelihood_split",
     "log_evidence",
+    "log_reference",
     "make_params",
+    "reference_split",
     "swap_probability",
     "tell",
     "tell_parts",
@@ -330,12 +334,62 @@ def ask(state: State, params: Params) -> Proposal:
     return Proposal(t, _kind(state, params), frozen_array(point), 0.0, state.step)
 
 
-def _log_reference(params: Params, x: FloatArray) -> float:
+class TemperedParams(Protocol):
+    """The options that define the tempered targets, shared with ``smc``."""
+
+    @property
+    def dim(self) -> int: ...
+
+    @property
+    def tempered(self) -> Literal["reference", "likelihood"]: ...
+
+    @property
+    def reference_mean(self) -> float: ...
+
+    @property
+    def reference_sd(self) -> float: ...
+
+
+def log_reference(params: TemperedParams, x: FloatArray) -> float:
+    """The reference Gaussian's log density at ``x``, ``N(reference_mean,
+    reference_sd^2 I)``."""
     s = params.reference_sd
     u = (np.asarray(x) - params.reference_mean) / s
     with np.errstate(over="ignore", invalid="ignore"):
         q = dot(u, u)  # the same bits on every CPU
     return -0.5 * q - params.dim * (log1(s) + 0.5 * log1(2 * math.pi))
+
+
+def reference_split(
+    params: TemperedParams, position: FloatArray, logdensity: float
+) -> tuple[float, float]:
+    """A told log density of the ``"reference"`` mode as the told value ``a + l`` and its
+    ``l = log pi - log ref`` (``-inf``: outside the support, or a point the reference gives
+    no density to); a ``ValueError`` in the ``"likelihood"`` mode, or for a value that is
+    not a number below ``+inf``."""
+    if params.tempered != "reference":
+        raise ValueError(
+            "tempered 'likelihood' needs log_prior and log_likelihood apart at every point"
+        )
+    if math.isnan(logdensity) or logdensity == math.inf:
+        raise ValueError("log density must be a number or -inf")
+    base = log_reference(params, position)
+    if logdensity == -math.inf or not math.isfinite(base):
+        return float(logdensity), -math.inf
+    return float(logdensity), float(logdensity) - base
+
+
+def likelihood_split(parts: Parts) -> tuple[float, float]:
+    """Told parts as the value ``log_prior + log_likelihood`` and the log likelihood
+    (``-inf`` where the log prior is); a ``ValueError`` for parts that are not numbers."""
+    lp, ll = float(parts.log_prior), float(parts.log_likelihood)
+    if math.isnan(lp) or lp == math.inf:
+        raise ValueError("log prior must be a number or -inf")
+    if lp == -math.inf:
+        ll = -math.inf
+    elif not math.isfinite(ll):
+        raise ValueError("log likelihood must be finite where the log prior is")
+    return lp + ll, ll
 
 
 def tell(
@@ -347,12 +401,8 @@ def tell(
             f"{NAME} with tempered 'likelihood' needs log_prior and log_likelihood apart "
             "at every point"
         )
-    if math.isnan(logdensity) or logdensity == math.inf:
-        raise ValueError("log density must be a number or -inf")
-    base = _log_reference(params, proposal.position)
-    if logdensity == -math.inf or not math.isfinite(base):
-        return _tell(state, params, proposal, float(logdensity), -math.inf)
-    return _tell(state, params, proposal, float(logdensity), float(logdensity) - base)
+    value, loglik = reference_split(params, proposal.position, logdensity)
+    return _tell(state, params, proposal, value, loglik)
 
 
 def tell_parts(
@@ -360,16 +410,10 @@ def tell_parts(
 ) -> tuple[State, StepInfo]:
     """The told log prior (times ``prior_power``) and log likelihood: the
     ``"likelihood"`` mode's tell (in the ``"reference"`` mode, their sum is told)."""
-    lp, ll = float(parts.log_prior), float(parts.log_likelihood)
-    if math.isnan(lp) or lp == math.inf:
-        raise ValueError("log prior must be a number or -inf")
-    if lp == -math.inf:
-        ll = -math.inf
-    elif not math.isfinite(ll):
-        raise ValueError("log likelihood must be finite where the log prior is")
+    value, loglik = likelihood_split(parts)
     if params.tempered == "reference":
-        return tell(state, params, proposal, lp + ll)
-    return _tell(state, params, proposal, lp + ll, ll)
+        return tell(state, params, proposal, value)
+    return _tell(state, params, proposal, value, loglik)
 
 
 def parts_value(params: Params, parts: Parts) -> float:
@@ -689,8 +733,9 @@ def evidence_of(states: Sequence[State], params: Params) -> tuple[Evidence | Non
     return chain_evidence(states, params), evidence_findings(states, params)
 
 
-def pseudo_marginal_refusal(params: Params) -> str:
-    """Why an unbiased estimate of the density will not do (see ``Sampler``)."""
+def pseudo_marginal_refusal(params: Any) -> str:
+    """Why an unbiased estimate of the density will not do for a sampler of tempered
+    densities (``tempering``, ``smc``; see ``Sampler``)."""
     return (
         "evaluates tempered copies of the density in each transition, and a tempered "
         "unbiased estimate is not an unbiased estimate of the tempered density: "

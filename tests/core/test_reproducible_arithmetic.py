@@ -46,6 +46,8 @@ OPTIONS: dict[str, dict[str, Any]] = {
     "ensemble": {"de_probability": 0.3},
     # Its windows then end within the warm-up: the rungs' covariances and the ladder.
     "tempering": {"adapt_start": 20},
+    # Its stages end within the warm-up: the bisection, the weights and the resampling.
+    "smc": {"particles": 16, "moves": 2},
 }
 DIM, WARMUP, ITERATIONS, CHAINS = 3, 200, 300, 2
 

@@ -90,6 +90,7 @@ STABLE_NAMES = {
     "gibbs.State",
     "ensemble.State",
     "tempering.State",
+    "smc.State",
     "gradient_check.Check",
     "gradient_warmup.DualAveraging",
     "gradient_warmup.MetricWindow",
@@ -188,7 +189,18 @@ def test_an_object_named_twice_is_written_the_same_each_time() -> None:
 
 @pytest.mark.parametrize(
     "algorithm",
-    ["am", "kameleon", "kmc-lite", "nuts", "hmc", "importance", "gibbs", "ensemble", "tempering"],
+    [
+        "am",
+        "kameleon",
+        "kmc-lite",
+        "nuts",
+        "hmc",
+        "importance",
+        "gibbs",
+        "ensemble",
+        "tempering",
+        "smc",
+    ],
 )
 def test_a_state_written_over_its_predecessor_is_the_document_written_alone(
     algorithm: str,

@@ -37,6 +37,7 @@ FILLED = {
     "gibbs": {},  # one block per coordinate: the most records of told values
     "ensemble": {},
     "tempering": {},  # fixed-size arrays: every rung's state, window sums and factor
+    "smc": {},  # fixed-size arrays: the population, its values and weights, the factor
 }
 
 

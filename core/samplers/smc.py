@@ -1,0 +1,681 @@
+"""Sequential Monte Carlo with adaptive tempering, one particle's evaluation per
+transition, and the log evidence from the stages' incremental weights.
+
+Each chain is an SMC sampler over a population of ``N`` particles (``particles``), from
+the reference distribution to the target along inverse temperatures
+``0 = beta_0 < beta_1 < ... < beta_S = 1``, with ``tempering``'s tempered targets
+``pi_beta ∝ exp(a + beta l)`` (:mod:`core.samplers.tempering`, its two modes):
+
+- ``tempered: "reference"`` (default): the results tell ``log pi``; ``a`` is the
+  reference Gaussian ``N(reference_mean, reference_sd^2 I)``'s log density and
+  ``l = log pi - log ref``.
+- ``tempered: "likelihood"``: the results tell ``log_prior`` and ``log_likelihood``
+  apart; ``a`` is the log prior and ``l`` the log likelihood.
+
+**Start.** The chain's initial point is one ``"init"`` evaluation (the chain's position
+until a particle is told). Then the particles are drawn from the reference Gaussian
+(its ``SETUP`` stream) and evaluated one per transition: iteration ``t = 1 .. N``
+evaluates particle ``t mod N``. In the reference mode they are exact draws from
+``pi_0``. In the likelihood mode the prior cannot be drawn from without the client, so
+they start from the reference Gaussian too, with the importance weights
+``log w = log prior - log ref``: weighted particles for ``pi_0`` = the prior (the
+reference must then cover the prior; the evidence includes the prior's normaliser).
+
+**A stage** at ``beta`` moves every particle ``moves`` times by random-walk Metropolis
+for ``pi_beta``; each move is one transition and one evaluation (kind ``"proposal"``),
+iteration ``t`` moving particle ``t mod N``, so that a stage is ``N * moves``
+transitions. The proposal is Gaussian with covariance
+``lambda (2.38^2 / d) (Sigma + nugget I)``, ``Sigma`` the weighted covariance of the
+population when the stage began and ``log lambda`` moved by
+``2 (acceptance - target_acceptance)`` of the stage before (both fixed within a stage).
+The stage ends inside the ``tell`` of its last move (no evaluation): the next
+``beta' = beta + delta`` is chosen by bisection so that the conditional effective sample
+size of the incremental weights ``w_i = exp(delta l_i)``,
+``N (sum W_i w_i)^2 / sum W_i w_i^2`` (Zhou, Johansen and Aston 2016; ``W`` the
+normalised weights), is ``ess_fraction * N`` (or ``beta' = 1`` when that keeps it
+above); ``log sum_i W_i w_i`` is added to the chain's log evidence; then the population
+is resampled systematically with one uniform of the transition's ``MIX`` stream, and
+its weights are equal again. There are no moves at ``beta_0``: the starting
+evaluations end a stage of their own.
+
+**Warm-up is the tempering.** The sequence should reach ``beta = 1`` within the
+session's warm-up; the warm-up's remaining transitions move the population at
+``beta = 1``, adapting the proposal at every stage's end. If ``beta < 1`` at the last
+warm-up transition, that transition ends the stage with ``beta' = 1`` whatever the
+effective sample size; when that step takes the conditional effective sample size
+below ``ess_fraction`` (it skipped stages), the chain is marked unfinished: the
+``smc_unfinished`` warning, and its evidence is unreliable (a warm-up shorter than the starting
+evaluations, ``N``, ends the tempering at iteration ``N``, after warm-up: the draws
+before are the reference's). After warm-up nothing adapts or resamples: every particle
+is an exact random-walk Metropolis chain for the target, with a fixed proposal, and the
+chain's draw at iteration ``t`` is particle ``t mod N``'s state after its move; the
+assessment reads the particles as ``ensemble``'s walkers (the record's
+``ensemble_size``).
+
+**The evidence** ``Z = ∫ exp(a + l)`` (the reference integrates to 1; in the likelihood
+mode the prior's normaliser times the marginal likelihood): each chain's estimate is the
+sum of its stages' ``log sum W w`` (in the likelihood mode with the starting weights'
+``log mean w``), the log of an estimate of ``Z`` that is unbiased for fixed
+temperatures (the adaptive ones, chosen from the same particles, add a small bias). :func:`chain_evidence` averages
+the chains' ``log Z`` and takes their spread for the standard error, as ``tempering``
+does; the estimate of ``log Z`` is biased low by about half its variance per chain.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+import numpy as np
+import numpy.typing as npt
+
+from kameleon.core import arithmetic
+from kameleon.core.adaptation import usable_covariance
+from kameleon.core.arithmetic import exp1, log1, matvec
+from kameleon.core.base import (
+    ChainState,
+    FloatArray,
+    OptionError,
+    Outcome,
+    Parts,
+    Proposal,
+    Sampler,
+    StepInfo,
+    frozen_array,
+    new_chain_fields,
+    params_parser,
+)
+from kameleon.core.checks import Finding
+from kameleon.core.evidence import Evidence
+from kameleon.core.linalg import jittered_cholesky
+from kameleon.core.rng import Stream, generator
+from kameleon.core.samplers.tempering import (
+    MIN_CHAINS_FOR_ERROR,
+    likelihood_split,
+    log_reference,
+    pseudo_marginal_refusal,
+    reference_split,
+)
+from kameleon.core.serialization import register
+
+__all__ = [
+    "NAME",
+    "SAMPLER",
+    "Params",
+    "State",
+    "ask",
+    "chain_evidence",
+    "chain_floats",
+    "conditional_ess",
+    "evidence_findings",
+    "init",
+    "log_mean_exp",
+    "make_params",
+    "next_delta",
+    "systematic_resample",
+    "tell",
+    "tell_parts",
+]
+
+NAME = "smc"
+
+#: Bisection steps for the next inverse temperature: the increment to ``2^-60`` of
+#: what is left.
+_BISECTIONS = 60
+#: The smallest increment of ``beta`` a stage makes (a population whose effective
+#: sample size falls at any step still moves on).
+_MIN_DELTA = 1e-12
+
+
+@dataclass(frozen=True, slots=True)
+class Params:
+    """Options of sequential Monte Carlo.
+
+    Attributes
+    ----------
+    particles
+        ``N``, the particles of each chain's population (default 32; 4 to 4096). The
+        starting evaluations are ``N`` transitions, and a stage ``N * moves``.
+    moves
+        Random-walk Metropolis moves of every particle per stage (default 3; 1 to 100).
+    ess_fraction
+        The conditional effective sample size, as a fraction of ``N``, that each stage's
+        next inverse temperature keeps (default 0.5; in ``(0, 1)``). Higher: more,
+        smaller stages.
+    tempered
+        ``"reference"`` (default) or ``"likelihood"``: ``tempering``'s modes.
+    reference_mean, reference_sd
+        The reference Gaussian ``N(reference_mean, reference_sd^2 I)`` that the
+        particles start from (default mean 0 and sd 2, as ``tempering``'s).
+    nugget
+        Added to the diagonal of the population's covariance before it is factored
+        (default ``1e-9``; positive).
+    target_acceptance
+        The moves' acceptance that the proposal's scale is moved toward between stages
+        (default 0.25).
+    """
+
+    dim: int
+    warmup: int
+    particles: int = 32
+    moves: int = 3
+    ess_fraction: float = 0.5
+    tempered: Literal["reference", "likelihood"] = "reference"
+    reference_mean: float = 0.0
+    reference_sd: float = 2.0
+    nugget: float = 1e-9
+    target_acceptance: float = 0.25
+
+    def __post_init__(self) -> None:
+        if not 4 <= self.particles <= 4096:
+            raise OptionError("particles", "must be an integer from 4 to 4096")
+        if not 1 <= self.moves <= 100:
+            raise OptionError("moves", "must be an integer from 1 to 100")
+        if not 0 < self.ess_fraction < 1:
+            raise OptionError("ess_fraction", "must be in (0, 1)")
+        if not (self.reference_sd > 0 and math.isfinite(self.reference_sd)):
+            raise OptionError("reference_sd", "must be positive and finite")
+        if not math.isfinite(self.reference_mean):
+            raise OptionError("reference_mean", "must be finite")
+        if not (self.nugget > 0 and math.isfinite(self.nugget)):
+            raise OptionError("nugget", "must be positive and finite")
+        if not 0 < self.target_acceptance < 1:
+            raise OptionError("target_acceptance", "must be in (0, 1)")
+
+
+@register("smc.State")
+@dataclass(frozen=True, slots=True)
+class State(ChainState):
+    """A chain of sequential Monte Carlo: its common fields are the last particle told
+    (the initial point's before).
+
+    Attributes
+    ----------
+    loglik
+        ``l`` at the chain's position.
+    particles
+        The population, ``(N, dim)``.
+    values, logliks
+        The told value ``a + l`` and ``l`` of each particle (``-inf``: outside the
+        support), ``(N,)``; NaN before it is evaluated.
+    log_weights
+        The particles' log weights (zero after a resampling), ``(N,)``.
+    beta
+        The current inverse temperature.
+    stages
+        Stages ended (resamplings).
+    stage_moves, stage_accept
+        Moves made in the current stage, and the sum of their acceptance probabilities.
+    log_evidence
+        The sum of the ended stages' ``log sum W w``.
+    min_ess
+        The smallest conditional effective sample size (in particles) a stage ended with.
+    unfinished
+        Whether warm-up ended before the tempering reached ``beta = 1``.
+    log_scale, factor
+        The proposal's ``log lambda`` and the Cholesky factor of the population's
+        covariance plus the nugget, ``(dim, dim)``.
+    acceptance, stage_acceptance
+        The last move's acceptance probability, and the mean of the last ended stage's.
+    """
+
+    COLD_FIELDS: ClassVar[tuple[str, ...]] = ("factor",)
+
+    loglik: float
+    particles: FloatArray
+    values: FloatArray
+    logliks: FloatArray
+    log_weights: FloatArray
+    beta: float
+    stages: int
+    stage_moves: int
+    stage_accept: float
+    log_evidence: float
+    min_ess: float
+    unfinished: bool
+    log_scale: float
+    factor: FloatArray
+    acceptance: float
+    stage_acceptance: float
+
+
+make_params = params_parser(Params)
+
+
+def init(position: Any, params: Params, *, seed: int, chain: int) -> State:
+    fields = new_chain_fields(position, seed=seed, chain=chain)
+    n, d = params.particles, params.dim
+    s = params.reference_sd
+    return State(
+        **fields,
+        loglik=math.nan,
+        particles=frozen_array(np.tile(fields["position"], (n, 1))),
+        values=frozen_array(np.full(n, math.nan)),
+        logliks=frozen_array(np.full(n, math.nan)),
+        log_weights=frozen_array(np.zeros(n)),
+        beta=0.0,
+        stages=0,
+        stage_moves=0,
+        stage_accept=0.0,
+        log_evidence=0.0,
+        min_ess=float(n),
+        unfinished=False,
+        log_scale=0.0,
+        factor=frozen_array(s * np.eye(d)),
+        acceptance=math.nan,
+        stage_acceptance=math.nan,
+    )
+
+
+def ask(state: State, params: Params) -> Proposal:
+    if state.logdensity is None:
+        return Proposal(state.iteration, "init", state.position)
+    t = state.iteration + 1
+    n = params.particles
+    k = t % n
+    current = np.asarray(state.particles[k])
+    if t <= n:  # a particle's starting point
+        return Proposal(t, "proposal", state.particles[k])
+    z = generator(state.seed, state.chain, t, Stream.PROPOSE).standard_normal(params.dim)
+    point = current + matvec(proposal_factor(state, params), z)
+    if not np.all(np.isfinite(point)):
+        point = current  # an overflow: propose staying put (the kernel stays exact)
+    return Proposal(t, "proposal", frozen_array(point))
+
+
+def proposal_factor(state: State, params: Params) -> FloatArray:
+    """The lower Cholesky factor of the moves' proposal covariance,
+    ``lambda (2.38^2 / d) (Sigma + nugget I)``."""
+    scale = math.sqrt(exp1(state.log_scale)) * 2.38 / math.sqrt(params.dim)
+    return np.asarray(state.factor) * scale
+
+
+def tell(
+    state: State, params: Params, proposal: Proposal, logdensity: float
+) -> tuple[State, StepInfo]:
+    """The told log density: the ``"reference"`` mode's tell."""
+    if params.tempered != "reference":
+        raise ValueError(
+            f"{NAME} with tempered 'likelihood' needs log_prior and log_likelihood apart "
+            "at every point"
+        )
+    value, loglik = reference_split(params, proposal.position, logdensity)
+    return _tell(state, params, proposal, value, loglik)
+
+
+def tell_parts(
+    state: State, params: Params, proposal: Proposal, parts: Parts
+) -> tuple[State, StepInfo]:
+    """The told log prior and log likelihood: the ``"likelihood"`` mode's tell (in the
+    ``"reference"`` mode, their sum is told)."""
+    value, loglik = likelihood_split(parts)
+    if params.tempered == "reference":
+        return tell(state, params, proposal, value)
+    return _tell(state, params, proposal, value, loglik)
+
+
+def parts_value(params: Params, parts: Parts) -> float:
+    """The value told parts stand for: ``log_prior + log_likelihood``."""
+    return float(parts.log_prior) + float(parts.log_likelihood)
+
+
+def _tell(
+    state: State, params: Params, proposal: Proposal, value: float, loglik: float
+) -> tuple[State, StepInfo]:
+    if value == -math.inf:
+        loglik = -math.inf
+    if state.logdensity is None:
+        if proposal.kind != "init" or proposal.iteration != state.iteration:
+            raise ValueError("proposal does not belong to this state")
+        if value == -math.inf or loglik == -math.inf:  # waits for a new initial point
+            return state, StepInfo(state.iteration, "outside_support", 0.0, True)
+        n, d = params.particles, params.dim
+        ball = generator(state.seed, state.chain, state.epoch, Stream.SETUP).standard_normal((n, d))
+        particles = params.reference_mean + params.reference_sd * ball
+        new: State = state.evolve(
+            logdensity=value,
+            loglik=loglik,
+            particles=frozen_array(particles),
+            values=frozen_array(np.full(n, math.nan)),
+            logliks=frozen_array(np.full(n, math.nan)),
+            log_weights=frozen_array(np.zeros(n)),
+        )
+        return new, StepInfo(state.iteration, "initialized", 1.0, True)
+    t = state.iteration + 1
+    if proposal.kind != "proposal" or proposal.iteration != t:
+        raise ValueError("proposal does not belong to this state")
+    n = params.particles
+    k = t % n
+    warm = t <= params.warmup
+    values, logliks = np.array(state.values), np.array(state.logliks)
+    particles = state.particles
+    log_weights = state.log_weights
+    outcome: Outcome
+    if t <= n:  # a particle's starting point, from the reference
+        values[k], logliks[k] = value, loglik
+        finite = value != -math.inf and loglik != -math.inf
+        if params.tempered == "likelihood" and finite:
+            lw = np.array(log_weights)
+            lw[k] = (value - loglik) - log_reference(params, proposal.position)
+            log_weights = frozen_array(lw)
+        elif not finite:
+            lw = np.array(log_weights)
+            lw[k] = -math.inf
+            log_weights = frozen_array(lw)
+        accepted, prob = finite, 1.0 if finite else 0.0
+        outcome = "accepted" if finite else "rejected"
+        changes: dict[str, Any] = {"iteration": t, "accepted": state.accepted + accepted}
+        if finite:
+            changes.update(position=proposal.position, logdensity=value, loglik=loglik)
+        new = state.evolve(
+            **changes,
+            values=frozen_array(values),
+            logliks=frozen_array(logliks),
+            log_weights=log_weights,
+            acceptance=prob,
+        )
+        if t == n:
+            new = _end_stage(new, params, t, force=t >= params.warmup)
+        return new, StepInfo(t, outcome, prob, warm)
+    old_value, old_loglik = float(values[k]), float(logliks[k])
+    beta = state.beta
+    u = float(generator(state.seed, state.chain, t, Stream.ACCEPT).random())
+    if value == -math.inf or loglik == -math.inf:
+        prob, accepted = 0.0, False
+    elif old_value == -math.inf or old_loglik == -math.inf:  # a particle outside the support
+        prob, accepted = 1.0, True
+    else:
+        # The tempered log density is a + beta l = value - (1 - beta) l.
+        log_alpha = (value - (1.0 - beta) * loglik) - (old_value - (1.0 - beta) * old_loglik)
+        if math.isnan(log_alpha):
+            prob, accepted = 0.0, False
+        else:
+            log_alpha = min(0.0, log_alpha)
+            prob, accepted = exp1(log_alpha), bool(log1(u) < log_alpha)
+    if accepted:
+        moved = np.array(particles)
+        moved[k] = proposal.position
+        particles = frozen_array(moved)
+        values[k], logliks[k] = value, loglik
+    new = state.evolve(
+        position=frozen_array(particles[k]),
+        logdensity=float(values[k]),
+        loglik=float(logliks[k]),
+        iteration=t,
+        accepted=state.accepted + accepted,
+        particles=particles,
+        values=frozen_array(values),
+        logliks=frozen_array(logliks),
+        acceptance=prob,
+    )
+    if warm:
+        new = new.evolve(stage_moves=state.stage_moves + 1, stage_accept=state.stage_accept + prob)
+        if state.beta < 1.0 and t == params.warmup:
+            new = _end_stage(new, params, t, force=True)
+        elif new.stage_moves >= n * params.moves:
+            new = _end_stage(new, params, t, force=False)
+    outcome = "accepted" if accepted else "rejected"
+    return new, StepInfo(t, outcome, prob, warm)
+
+
+# --------------------------------------------------------------------------- stages
+
+
+def log_mean_exp(x: FloatArray) -> float:
+    """``log mean exp(x)`` (``-inf`` when every entry is), with the module's exp and log:
+    the same bits on every CPU."""
+    a = np.asarray(x, dtype=np.float64)
+    top = float(np.max(a))
+    if top == -math.inf:
+        return -math.inf
+    return top + log1(float(np.add.reduce(arithmetic.exp(a - top))) / a.size)
+
+
+def _normalised(log_weights: FloatArray) -> FloatArray:
+    lw = np.asarray(log_weights, dtype=np.float64)
+    top = float(np.max(lw))
+    w = arithmetic.exp(lw - top)
+    out: FloatArray = w / float(np.add.reduce(w))
+    return out
+
+
+def conditional_ess(weights: FloatArray, logliks: FloatArray, delta: float) -> float:
+    """The conditional effective sample size, as a fraction of the particles, of the
+    incremental weights ``exp(delta l)`` under the normalised ``weights``:
+    ``(sum W w)^2 / sum W w^2`` (1 at ``delta = 0``; 0 when every particle has
+    ``l = -inf``)."""
+    lw = _increment(logliks, delta)
+    top = float(np.max(lw))
+    if top == -math.inf:
+        return 0.0
+    w = arithmetic.exp(lw - top)
+    first = float(np.add.reduce(weights * w))
+    second = float(np.add.reduce(weights * w * w))
+    return first * first / second if second > 0 else 0.0
+
+
+def _increment(logliks: FloatArray, delta: float) -> FloatArray:
+    """``delta l``, with ``-inf`` for ``l = -inf`` (and for a particle not evaluated)."""
+    ll = np.asarray(logliks, dtype=np.float64)
+    finite = np.isfinite(ll)
+    out: FloatArray = np.where(finite, delta * np.where(finite, ll, 0.0), -math.inf)
+    return out
+
+
+def next_delta(weights: FloatArray, logliks: FloatArray, left: float, fraction: float) -> float:
+    """The increment ``delta`` of ``beta`` (at most ``left``, at least a tiny positive
+    number) at which :func:`conditional_ess` is ``fraction``, by bisection; ``left`` when
+    the whole step keeps it at or above ``fraction``."""
+    if conditional_ess(weights, logliks, left) >= fraction:
+        return left
+    lo, hi = 0.0, left
+    for _ in range(_BISECTIONS):
+        mid = 0.5 * (lo + hi)
+        if conditional_ess(weights, logliks, mid) >= fraction:
+            lo = mid
+        else:
+            hi = mid
+    return max(lo, min(_MIN_DELTA, left))
+
+
+def systematic_resample(weights: FloatArray, u: float) -> npt.NDArray[np.intp]:
+    """The indices that systematic resampling with the uniform ``u`` keeps from the
+    normalised ``weights``: particle ``i`` as many times as the points
+    ``(j + u) / N`` in its slice of the cumulative weights (its expected count is
+    ``N W_i``)."""
+    w = np.asarray(weights, dtype=np.float64)
+    n = w.size
+    cumulative = np.cumsum(w)
+    cumulative[-1] = 1.0  # rounding aside, it is
+    points = (np.arange(n) + u) / n
+    out: npt.NDArray[np.intp] = np.searchsorted(cumulative, points, side="right")
+    return np.minimum(out, n - 1)
+
+
+def _end_stage(state: State, params: Params, t: int, *, force: bool) -> State:
+    """The stage's end: the next inverse temperature, the evidence's increment, the
+    resampling and the next stage's proposal (and, at ``beta = 1``, the proposal
+    alone)."""
+    n = params.particles
+    logliks = np.asarray(state.logliks)
+    weights = _normalised(state.log_weights) if np.any(np.isfinite(state.log_weights)) else None
+    changes: dict[str, Any] = {"stage_moves": 0, "stage_accept": 0.0}
+    if state.stage_moves:
+        acc = state.stage_accept / state.stage_moves
+        changes["stage_acceptance"] = acc
+        changes["log_scale"] = min(
+            20.0, max(-20.0, state.log_scale + 2.0 * (acc - params.target_acceptance))
+        )
+    particles = np.asarray(state.particles)
+    if state.beta < 1.0:
+        left = 1.0 - state.beta
+        if weights is None:  # no particle in the support: nothing to weigh
+            delta = left
+            changes["log_evidence"] = -math.inf
+            new_lw = np.asarray(state.log_weights)
+        else:
+            fraction = conditional_ess(weights, logliks, left)
+            delta = left if force else next_delta(weights, logliks, left, params.ess_fraction)
+            if delta < left:
+                fraction = conditional_ess(weights, logliks, delta)
+            new_lw = np.asarray(state.log_weights) + _increment(logliks, delta)
+            start = log_mean_exp(state.log_weights) if state.stages == 0 else 0.0
+            # log sum W w = log mean exp(lw + inc) - log mean exp(lw); the first stage
+            # adds the starting weights' log mean exp (0 in the reference mode).
+            increment = log_mean_exp(new_lw) - log_mean_exp(state.log_weights) + start
+            changes["log_evidence"] = state.log_evidence + increment
+            changes["min_ess"] = min(state.min_ess, fraction * n)
+        beta = 1.0 if delta >= left else state.beta + delta
+        skipped = weights is None or conditional_ess(weights, logliks, left) < params.ess_fraction
+        changes.update(beta=beta, stages=state.stages + 1, unfinished=force and skipped)
+        if np.any(np.isfinite(new_lw)):
+            new_w = _normalised(new_lw)
+            changes["factor"] = _factor(particles, new_w, params, state.factor)
+            u = float(generator(state.seed, state.chain, t, Stream.MIX).random())
+            keep = systematic_resample(new_w, u)
+            changes.update(
+                particles=frozen_array(particles[keep]),
+                values=frozen_array(np.asarray(state.values)[keep]),
+                logliks=frozen_array(logliks[keep]),
+                log_weights=frozen_array(np.zeros(n)),
+            )
+    else:  # at beta = 1 in warm-up: the proposal alone
+        changes["factor"] = _factor(particles, np.full(n, 1.0 / n), params, state.factor)
+    new: State = state.evolve(**changes)
+    return new
+
+
+def _factor(
+    particles: FloatArray, weights: FloatArray, params: Params, old: FloatArray
+) -> FloatArray:
+    """The Cholesky factor of the population's weighted covariance plus the nugget; the
+    old factor if that is not usable."""
+    x = np.asarray(particles, dtype=np.float64)
+    finite = np.all(np.isfinite(x), axis=1)
+    w = np.where(finite, weights, 0.0)
+    total = float(np.add.reduce(w))
+    if total <= 0:
+        return old
+    w = w / total
+    x = np.where(finite[:, None], x, 0.0)
+    mean = arithmetic.vecmat(w, x)
+    centred = x - mean
+    cov = arithmetic.matmul(centred.T * w, centred)
+    cov = 0.5 * (cov + cov.T)
+    if not usable_covariance(cov) or not np.all(np.diagonal(cov) > 0):
+        return old
+    try:
+        return frozen_array(jittered_cholesky(cov + params.nugget * np.eye(params.dim)))
+    except np.linalg.LinAlgError:
+        return old
+
+
+# --------------------------------------------------------------------------- evidence
+
+
+def log_evidence(state: State) -> float:
+    """The chain's estimate of ``log Z``; NaN until its tempering has reached 1."""
+    if state.logdensity is None or state.beta < 1.0:
+        return math.nan
+    return state.log_evidence
+
+
+def chain_evidence(states: Sequence[State], params: Params) -> Evidence | None:
+    """The log evidence of the chains that reached ``beta = 1``: the mean of their
+    estimates, its standard error their standard deviation over ``sqrt(chains)`` (NaN
+    with one chain); ``ess`` the smallest conditional effective sample size of a stage,
+    summed over the chains; ``pareto_k`` NaN; ``draws`` every chain's post-warm-up draws.
+    ``None`` before any chain's tempering reached 1."""
+    done = [s for s in states if not math.isnan(log_evidence(s))]
+    if not done:
+        return None
+    values = np.array([s.log_evidence for s in done])
+    draws = sum(max(0, s.iteration - params.warmup) for s in done)
+    finite = values[np.isfinite(values)]
+    mean = float(np.mean(values))
+    se = (
+        float(np.std(values, ddof=1) / math.sqrt(values.size))
+        if values.size > 1 and finite.size == values.size
+        else math.nan
+    )
+    ess = float(sum(s.min_ess for s in done))
+    return Evidence(mean, se, ess, math.nan, draws)
+
+
+def evidence_findings(states: Sequence[State], params: Params) -> list[Finding]:
+    """The warnings: ``smc_unfinished`` (a chain's warm-up ended before its tempering
+    reached ``beta = 1``, which was then forced: its draws and its evidence are
+    unreliable) and ``evidence_unreliable`` (fewer than 4 chains reached 1)."""
+    found: list[Finding] = []
+    told = [s for s in states if s.logdensity is not None and s.iteration >= params.particles]
+    unfinished = [s.chain for s in told if s.unfinished]
+    if unfinished:
+        found.append(
+            Finding(
+                "smc_unfinished",
+                None,
+                unfinished[0] if len(unfinished) == 1 else None,
+                float(len(unfinished)),
+                0.0,
+                f"{len(unfinished)} of {len(told)} chains had not reached beta = 1 when "
+                "warm-up ended: the last step to 1 was forced, so their first draws after "
+                "warm-up and the evidence are unreliable",
+            )
+        )
+    ev = chain_evidence(states, params)
+    done = [s for s in states if not math.isnan(log_evidence(s))]
+    if ev is not None and len(done) < MIN_CHAINS_FOR_ERROR:
+        found.append(
+            Finding(
+                "evidence_unreliable",
+                None,
+                None,
+                float(len(done)),
+                float(MIN_CHAINS_FOR_ERROR),
+                f"the evidence's standard error is the spread of {len(done)} chains' "
+                f"estimates, under {MIN_CHAINS_FOR_ERROR}: it is "
+                + ("missing" if len(done) == 1 else "a rough guess"),
+            )
+        )
+    return found
+
+
+def evidence_of(states: Sequence[State], params: Params) -> tuple[Evidence | None, list[Finding]]:
+    """:func:`chain_evidence` and :func:`evidence_findings` together (the record's
+    ``chain_evidence``)."""
+    return chain_evidence(states, params), evidence_findings(states, params)
+
+
+def needs_parts(params: Params) -> bool:
+    """Whether every result must tell the log prior and the log likelihood apart."""
+    return params.tempered == "likelihood"
+
+
+def chain_floats(dim: int, params: Params) -> int:
+    """The floats one chain keeps and works with, at most (:mod:`core.memory`): the
+    population and its told values, weights and log likelihoods, twice (before and
+    after a resampling), and the proposal's factor and the covariance."""
+    n = params.particles
+    return 40 + 2 * n * (dim + 4) + 3 * dim * dim + 4 * dim
+
+
+#: The sampler as the registry (:data:`core.SAMPLERS`) knows it.
+SAMPLER: Sampler[State, Params] = Sampler(
+    name=NAME,
+    Params=Params,
+    State=State,
+    make_params=make_params,
+    init=init,
+    ask=ask,
+    tell=tell,
+    chain_floats=chain_floats,
+    tell_parts=tell_parts,
+    parts_value=parts_value,
+    stats=("beta", "acceptance", "stage_acceptance"),
+    pseudo_marginal_refusal=pseudo_marginal_refusal,
+    needs_parts=needs_parts,
+    chain_evidence=evidence_of,
+    ensemble_size=lambda params: params.particles,
+)

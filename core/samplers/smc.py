@@ -430,14 +430,23 @@ def log_mean_exp(x: FloatArray) -> float:
     top = float(np.max(a))
     if top == -math.inf:
         return -math.inf
-    return top + log1(float(np.add.reduce(arithmetic.exp(a - top))) / a.size)
+    return top + log1(float(np.add.reduce(arithmetic.exp(_below(a, top)))) / a.size)
 
 
 def _normalised(log_weights: FloatArray) -> FloatArray:
     lw = np.asarray(log_weights, dtype=np.float64)
     top = float(np.max(lw))
-    w = arithmetic.exp(lw - top)
+    w = arithmetic.exp(_below(lw, top))
     out: FloatArray = w / float(np.add.reduce(w))
+    return out
+
+
+def _below(a: FloatArray, top: float) -> FloatArray:
+    """``a - top`` for ``top = max(a)`` finite: a difference past the float range (told
+    values near +-1e308) is ``-inf``, a weight of zero, as it is in exact arithmetic to
+    within 1e-308."""
+    with np.errstate(over="ignore"):
+        out: FloatArray = a - top
     return out
 
 
@@ -450,7 +459,7 @@ def conditional_ess(weights: FloatArray, logliks: FloatArray, delta: float) -> f
     top = float(np.max(lw))
     if top == -math.inf:
         return 0.0
-    w = arithmetic.exp(lw - top)
+    w = arithmetic.exp(_below(lw, top))
     first = float(np.add.reduce(weights * w))
     second = float(np.add.reduce(weights * w * w))
     return first * first / second if second > 0 else 0.0

@@ -93,10 +93,11 @@ from kameleon.core.linalg import jittered_cholesky
 from kameleon.core.rng import Stream, generator
 from kameleon.core.samplers.tempering import (
     MIN_CHAINS_FOR_ERROR,
-    likelihood_split,
     log_reference,
+    parts_value,
     pseudo_marginal_refusal,
     reference_split,
+    split_parts,
 )
 from kameleon.core.serialization import register
 
@@ -296,13 +297,7 @@ def tell(
     state: State, params: Params, proposal: Proposal, logdensity: float
 ) -> tuple[State, StepInfo]:
     """The told log density: the ``"reference"`` mode's tell."""
-    if params.tempered != "reference":
-        raise ValueError(
-            f"{NAME} with tempered 'likelihood' needs log_prior and log_likelihood apart "
-            "at every point"
-        )
-    value, loglik = reference_split(params, proposal.position, logdensity)
-    return _tell(state, params, proposal, value, loglik)
+    return _tell(state, params, proposal, *reference_split(params, proposal.position, logdensity))
 
 
 def tell_parts(
@@ -310,15 +305,7 @@ def tell_parts(
 ) -> tuple[State, StepInfo]:
     """The told log prior and log likelihood: the ``"likelihood"`` mode's tell (in the
     ``"reference"`` mode, their sum is told)."""
-    value, loglik = likelihood_split(parts)
-    if params.tempered == "reference":
-        return tell(state, params, proposal, value)
-    return _tell(state, params, proposal, value, loglik)
-
-
-def parts_value(params: Params, parts: Parts) -> float:
-    """The value told parts stand for: ``log_prior + log_likelihood``."""
-    return float(parts.log_prior) + float(parts.log_likelihood)
+    return _tell(state, params, proposal, *split_parts(params, proposal.position, parts))
 
 
 def _tell(

@@ -104,7 +104,10 @@ __all__ = [
     "log_evidence",
     "log_reference",
     "make_params",
+    "parts_value",
+    "pseudo_marginal_refusal",
     "reference_split",
+    "split_parts",
     "swap_probability",
     "tell",
     "tell_parts",
@@ -392,17 +395,26 @@ def likelihood_split(parts: Parts) -> tuple[float, float]:
     return lp + ll, ll
 
 
+def split_parts(params: TemperedParams, position: FloatArray, parts: Parts) -> tuple[float, float]:
+    """Told parts as the told value and its ``l``: in the ``"likelihood"`` mode the log
+    likelihood, in the ``"reference"`` mode their sum against the reference
+    (:func:`reference_split`)."""
+    value, loglik = likelihood_split(parts)
+    if params.tempered == "reference":
+        return reference_split(params, position, value)
+    return value, loglik
+
+
+def parts_value(params: Any, parts: Parts) -> float:
+    """The value told parts stand for: ``log_prior + log_likelihood``."""
+    return float(parts.log_prior) + float(parts.log_likelihood)
+
+
 def tell(
     state: State, params: Params, proposal: Proposal, logdensity: float
 ) -> tuple[State, StepInfo]:
     """The told log density: the ``"reference"`` mode's tell."""
-    if params.tempered != "reference":
-        raise ValueError(
-            f"{NAME} with tempered 'likelihood' needs log_prior and log_likelihood apart "
-            "at every point"
-        )
-    value, loglik = reference_split(params, proposal.position, logdensity)
-    return _tell(state, params, proposal, value, loglik)
+    return _tell(state, params, proposal, *reference_split(params, proposal.position, logdensity))
 
 
 def tell_parts(
@@ -410,15 +422,7 @@ def tell_parts(
 ) -> tuple[State, StepInfo]:
     """The told log prior (times ``prior_power``) and log likelihood: the
     ``"likelihood"`` mode's tell (in the ``"reference"`` mode, their sum is told)."""
-    value, loglik = likelihood_split(parts)
-    if params.tempered == "reference":
-        return tell(state, params, proposal, value)
-    return _tell(state, params, proposal, value, loglik)
-
-
-def parts_value(params: Params, parts: Parts) -> float:
-    """The value told parts stand for: ``log_prior + log_likelihood``."""
-    return float(parts.log_prior) + float(parts.log_likelihood)
+    return _tell(state, params, proposal, *split_parts(params, proposal.position, parts))
 
 
 def _tell(

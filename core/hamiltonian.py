@@ -13,7 +13,8 @@ time) needs the gradient at ``q'``, which a client evaluates: it is split in two
 :func:`leapfrog_position` (``p_half = p + eps/2 g``, ``q' = q + eps M^-1 p_half``,
 before the evaluation, in ``ask``) and :func:`leapfrog_momentum` (``p' = p_half + eps/2
 g'``, in ``tell``). Both are pure functions of the state, so ``tell`` recomputes what
-``ask`` handed out instead of storing it.
+``ask`` handed out instead of storing it (NUTS takes ``q'`` from the proposal and
+recomputes only ``p_half``, :func:`half_momentum`).
 
 All arithmetic goes through :mod:`core.arithmetic` (the same bits on every CPU).
 """
@@ -30,6 +31,7 @@ from kameleon.core.base import FloatArray
 __all__ = [
     "DIVERGENCE",
     "draw_momentum",
+    "half_momentum",
     "is_turning",
     "kinetic_energy",
     "leapfrog_momentum",
@@ -80,6 +82,14 @@ def leapfrog_position(
         half = momentum + (0.5 * step) * gradient
         new = position + step * velocity(half, metric)
     return new, half
+
+
+def half_momentum(momentum: FloatArray, gradient: FloatArray, step: float) -> FloatArray:
+    """``p_half`` of :func:`leapfrog_position` alone (the same bits), for a ``tell`` that
+    has the point ``q'`` that ``ask`` computed."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        half: FloatArray = momentum + (0.5 * step) * gradient
+    return half
 
 
 def leapfrog_momentum(half: FloatArray, gradient: FloatArray, step: float) -> FloatArray:

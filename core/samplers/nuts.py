@@ -69,6 +69,7 @@ from kameleon.core.hamiltonian import (
     draw_momentum,
     is_turning,
     kinetic_energy,
+    half_momentum,
     leapfrog_momentum,
     leapfrog_position,
     log_add_exp,
@@ -336,6 +337,20 @@ def _next_point(
     return new, half, eps
 
 
+def _told_point(
+    state: State, params: Params, tree: Trajectory, asked: FloatArray
+) -> tuple[FloatArray, FloatArray, float]:
+    """What :func:`_next_point` gives, for the point ``asked`` that :func:`ask` handed
+    out: the point itself, so that only the half-step momentum is computed again. The
+    point ``ask`` hands out in place of one that overflows is the current position; a
+    point equal to it is computed again, so that such a tell sees the overflow."""
+    if asked.tobytes() == state.position.tobytes():
+        return _next_point(state, params, tree)
+    eps = _direction(state, params, tree.depth) * state.step_size
+    end = tree.right if eps > 0 else tree.left
+    return asked, half_momentum(end.momentum, end.gradient, eps), eps
+
+
 def ask(state: State, params: Params) -> Proposal:
     if state.logdensity is None:
         return Proposal(state.iteration, "init", state.position)
@@ -374,7 +389,7 @@ def tell_gradient(
     ):
         raise ValueError("proposal does not belong to this state")
     tree = _begin(state, params)
-    new, half, eps = _next_point(state, params, tree)
+    new, half, eps = _told_point(state, params, tree, proposal.position)
     common = {"step": state.step + 1, "evaluations": state.evaluations + 1}
     points = tree.points + 1
     energy = math.inf

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import math
 import multiprocessing as mp
 import os
 import socket
@@ -42,16 +43,26 @@ class Client:
 
     def __init__(self, port: int) -> None:
         self.conn = http.client.HTTPConnection("127.0.0.1", port)
+        self.server_seconds = math.nan
 
     def post(self, path: str, body: object) -> tuple[int, bytes]:
         self.conn.request("POST", path, orjson.dumps(body), JSON_HEADERS)
         response = self.conn.getresponse()
+        #: The service's own time on the last request, in seconds (its Server-Timing).
+        self.server_seconds = _server_seconds(response.getheader("server-timing"))
         return response.status, response.read()
 
     def get(self, path: str) -> tuple[int, bytes]:
         self.conn.request("GET", path)
         response = self.conn.getresponse()
         return response.status, response.read()
+
+
+def _server_seconds(header: str | None) -> float:
+    """``app;dur=<ms>`` of a Server-Timing header, in seconds (NaN without one)."""
+    if not header or not header.startswith("app;dur="):
+        return math.nan
+    return float(header.removeprefix("app;dur=")) / 1e3
 
 
 def free_port() -> int:
@@ -203,7 +214,9 @@ def per_evaluation(
     chains``), after ``warm`` steps; one figure per block of steps (20 blocks). The
     sessions take turns step by step, so that a slow moment of a shared machine falls on
     all of them alike. The client evaluates a standard normal, with its gradient for a
-    gradient sampler."""
+    gradient sampler. Beside each algorithm's figures (the client's wall time), those
+    under ``<algorithm>_service`` are the service's own time (its Server-Timing), which
+    leaves out the network and the client's work."""
     client = Client(port)
     sessions, proposals = {}, {}
     for algorithm in algorithms:
@@ -211,7 +224,9 @@ def per_evaluation(
         _, raw = client.post(f"/v1/sessions/{sid}/ask", {"max": chains})
         proposals[algorithm] = orjson.loads(raw)["proposals"]
     per_block: dict[str, list[float]] = {a: [] for a in algorithms}
+    per_block.update({f"{a}_service": [] for a in algorithms})
     spent = dict.fromkeys(algorithms, 0.0)
+    served = dict.fromkeys(algorithms, 0.0)
     told = dict.fromkeys(algorithms, 0)
     block = max(1, steps // 20)
     for i in range(warm + steps):
@@ -219,7 +234,8 @@ def per_evaluation(
             for a in algorithms:
                 if told[a]:
                     per_block[a].append(spent[a] / told[a])
-                spent[a], told[a] = 0.0, 0
+                    per_block[f"{a}_service"].append(served[a] / told[a])
+                spent[a], served[a], told[a] = 0.0, 0.0, 0
         for algorithm in algorithms:
             gradient = algorithm in ("mala", "hmc", "nuts")
             started = time.perf_counter()
@@ -235,6 +251,7 @@ def per_evaluation(
             assert status == 200, raw
             proposals[algorithm] = orjson.loads(raw)["proposals"]
             spent[algorithm] += time.perf_counter() - started
+            served[algorithm] += client.server_seconds
             told[algorithm] += len(results)
     return per_block
 
@@ -255,6 +272,7 @@ def per_evaluation_main(redis_url: str, prefix: str, quick: bool, output: str) -
                 blocks = per_evaluation(port, ("am", "nuts"), chains, dim, n, warm=max(5, n // 5))
                 row = {f"{a}_us": statistics.median(b) * 1e6 for a, b in blocks.items()}
                 row["ratio"] = row["nuts_us"] / row["am_us"]
+                row["service_ratio"] = row["nuts_service_us"] / row["am_service_us"]
                 key = f"{store}/{chains}chains/d{dim}"
                 figures[key] = row
                 print(key, row, flush=True)

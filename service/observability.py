@@ -22,6 +22,11 @@ Logs: ``log_format=json`` writes every log line as one JSON object (``time``, ``
 ``logger``, ``message``, and the request's fields), for log collectors; ``log_requests``
 adds one line per request (method, route, status, duration, session). No API key or
 request body is ever logged.
+
+Every answer carries ``Server-Timing: app;dur=<ms>`` (W3C Server Timing): the time the
+service spent on the request until it began to answer, in milliseconds, which browsers'
+developer tools show and a client can add up to tell the service's time from the
+network's and its own.
 """
 
 from __future__ import annotations
@@ -149,6 +154,9 @@ class RequestMetrics:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = int(message["status"])
+                spent = 1e3 * (time.perf_counter() - started)
+                timing = (b"server-timing", b"app;dur=%.3f" % spent)
+                message = {**message, "headers": [*message.get("headers", ()), timing]}
             await send(message)
 
         try:

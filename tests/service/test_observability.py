@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import logging
+import re
+import time
 
 import pytest
 from fastapi.testclient import TestClient
@@ -45,6 +47,25 @@ def test_metrics_count_requests_results_and_sessions() -> None:
             _sample(client, 'kameleon_requests_total{method="GET",route="other",status="404"}') == 1
         )
         assert "kameleon_request_seconds_bucket" in response.text
+
+
+def test_every_answer_says_how_long_the_service_took() -> None:
+    """``Server-Timing: app;dur=<ms>``: on a success, an error and a 404 alike, a
+    non-negative number of milliseconds, at most the client's own wall time."""
+    with TestClient(create_app(Settings(), store=MemoryStore())) as client:
+        started = time.perf_counter()
+        answers = [
+            client.post("/v1/sessions", json={"algorithm": "rwm", "dim": 2}),
+            client.post("/v1/sessions", json={"algorithm": "rwm", "dim": -1}),
+            client.get("/v1/sessions/nope"),
+            client.get("/v1/health"),
+        ]
+        wall_ms = 1e3 * (time.perf_counter() - started)
+    assert [a.status_code for a in answers] == [201, 422, 404, 200]
+    for answer in answers:
+        match = re.fullmatch(r"app;dur=(\d+\.\d{3})", answer.headers["server-timing"])
+        assert match is not None, answer.headers["server-timing"]
+        assert 0.0 <= float(match.group(1)) <= wall_ms
 
 
 def test_metrics_need_a_key_when_keys_are_set() -> None:

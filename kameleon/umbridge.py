@@ -17,6 +17,12 @@ refused before anything is created. Every evaluation a transition needs (kinds
 ``leapfrog``, ``gradient_check``) is evaluated the same way; a gradient that fails or is
 not finite is told as -inf, with a warning, like a failed evaluation.
 
+A model gives one value per point, so a session that asks for more is refused before
+anything is evaluated: ``sgld`` (a minibatch's log likelihood and the log prior apart),
+``tempering`` and ``smc`` with ``"tempered": "likelihood"`` (the log prior and the log
+likelihood apart), and ``gibbs`` with a ``conditional`` block (the client's draw from a
+full conditional). Drive those with a client of your own (PROTOCOL.md).
+
 Needs the ``umbridge`` package (``pip install 'kameleon[umbridge]'``).
 """
 
@@ -36,6 +42,7 @@ __all__ = [
     "log_density_and_gradient_of",
     "log_density_of",
     "needs_gradient",
+    "unanswerable",
 ]
 
 log = logging.getLogger("kameleon.umbridge")
@@ -107,6 +114,34 @@ def needs_gradient(algorithm: str) -> bool:
     return bool(sampler.evaluation.gradient)
 
 
+def unanswerable(algorithm: str, options: dict[str, Any]) -> str | None:
+    """Why a model that gives one log density per point cannot answer the asks of a
+    session of ``algorithm`` with ``options`` (as PROTOCOL.md documents them), or
+    ``None`` when it can."""
+    from kameleon.core import SAMPLERS
+
+    sampler = SAMPLERS.get(algorithm)
+    if sampler is not None and sampler.evaluation.parts:
+        return f"{algorithm} asks for a minibatch's log likelihood and the log prior apart"
+    if algorithm in ("tempering", "smc") and options.get("tempered") == "likelihood":
+        return f'{algorithm} with "tempered": "likelihood" needs the log prior and the log likelihood apart'
+    blocks = options.get("blocks") if algorithm == "gibbs" else None
+    if isinstance(blocks, list) and any(
+        isinstance(b, dict) and b.get("conditional") for b in blocks
+    ):
+        return "gibbs with a conditional block asks for draws from the block's full conditional"
+    return None
+
+
+def _check_answerable(algorithm: str, options: dict[str, Any]) -> None:
+    why = unanswerable(algorithm, options)
+    if why is not None:
+        raise ValueError(
+            f"a UM-Bridge model gives one log density per point, and {why}: drive this "
+            "session with a client of your own (PROTOCOL.md)"
+        )
+
+
 def _check_gradient(model: Any, args: argparse.Namespace, algorithm: str) -> None:
     """Fail early when the algorithm needs a gradient that the model does not give."""
     if needs_gradient(algorithm) and not model.supports_gradient():
@@ -147,6 +182,7 @@ def drive(args: argparse.Namespace) -> int:
         _check_gradient(model, args, args.algorithm)  # before a session is created
     with Client(args.url, api_key=args.api_key) as client:
         session = _session(client, args, inputs)
+        _check_answerable(session.algorithm, session.options)
         _check_gradient(model, args, session.algorithm)
         gradients = needs_gradient(session.algorithm)
         print(f"session {session.id}", flush=True)

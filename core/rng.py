@@ -29,6 +29,7 @@ class Stream(IntEnum):
     SETUP = 3  # draws made once per chain (e.g. random Fourier features)
     INIT = 4  # starting points; the counter is the attempt, not the iteration
     MIX = 5  # which kernel of a mixture an iteration uses
+    SPLIT = 6  # how an ensemble's walkers are split in two halves (the counter: the sweep)
 
 
 def substream(stream: Stream | int, step: int) -> int:

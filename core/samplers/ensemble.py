@@ -32,6 +32,17 @@ The chain's draw after a transition is the updated walker's position and its log
 density: the draws are the walkers' positions interleaved, walker ``t mod W`` at
 iteration ``t``. The ensemble needs no adaptation: warm-up is burn-in.
 
+Halves: fixed (``split: "fixed"``, the default) or drawn anew at every sweep
+(``"random"``, emcee's default ``randomize_split``). With a random split, sweep ``n``
+(iterations ``n W .. n W + W - 1``, from the first sweep of moves) draws a permutation
+``pi_n`` of the walkers from its own stream (``Stream.SPLIT``, counter ``n``); slot
+``s = t mod W`` updates walker ``pi_n(s)``, against the walkers of the other half of
+the slots. The draw of iteration ``t`` is still walker ``t mod W``'s position (every
+walker is updated once per sweep, so each walker is recorded once per sweep, at a fixed
+time); its told value and acceptance are those of the transition, which moved walker
+``pi_n(s)``. A split chosen independently of the walkers' positions leaves the
+ensemble's target invariant, whichever it is.
+
 Pseudo-marginal: each walker's told estimate is kept with it, as a Metropolis-Hastings
 chain keeps its current state's, and never asked for again; the move of one walker,
 given the others' positions, is a Metropolis-Hastings step on the ensemble's extended
@@ -42,9 +53,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
+import numpy.typing as npt
 
 from kameleon.core.arithmetic import log1
 from kameleon.core.base import (
@@ -75,12 +87,15 @@ __all__ = [
     "complementary",
     "init",
     "make_params",
+    "split_order",
     "stretch_z",
     "tell",
     "walker_of",
 ]
 
 NAME = "ensemble"
+
+IntArray = npt.NDArray[np.int64]
 
 #: The standard deviation of the differential-evolution move's noise (emcee's ``sigma``).
 DE_NOISE = 1e-5
@@ -106,6 +121,10 @@ class Params:
         The standard deviation, per coordinate, of the Gaussian ball around the
         initial point where the other walkers start (default 0.1, positive). The
         ensemble widens itself to the target's scale during warm-up.
+    split
+        How the walkers are split in the two halves: ``"fixed"`` (default; walkers
+        ``0 .. W/2 - 1`` and the rest) or ``"random"``, drawn anew at every sweep
+        (emcee's ``randomize_split``, its default).
     """
 
     dim: int
@@ -114,6 +133,7 @@ class Params:
     stretch: float = 2.0
     de_probability: float = 0.0
     initial_spread: float = 0.1
+    split: Literal["fixed", "random"] = "fixed"
 
     def __post_init__(self) -> None:
         if self.walkers is not None:
@@ -129,6 +149,8 @@ class Params:
             raise OptionError("de_probability", "must be in [0, 1]")
         if not (self.initial_spread > 0 and math.isfinite(self.initial_spread)):
             raise OptionError("initial_spread", "must be positive and finite")
+        if self.split not in ("fixed", "random"):
+            raise OptionError("split", 'must be "fixed" or "random"')
 
     @property
     def size(self) -> int:
@@ -173,6 +195,27 @@ def complementary(walker: int, walkers: int) -> slice:
     return slice(half, walkers) if walker < half else slice(0, half)
 
 
+def split_order(state: ChainState, params: Params, iteration: int) -> IntArray | None:
+    """The walkers in the order the slots of ``iteration``'s sweep update them
+    (``None``: in their own order, a fixed split or a sweep that places walkers)."""
+    w = params.size
+    if params.split == "fixed" or iteration < w:
+        return None
+    rng = generator(state.seed, state.chain, iteration // w, Stream.SPLIT)
+    order: IntArray = rng.permutation(w)
+    return order
+
+
+def _moved(state: State, params: Params, iteration: int) -> tuple[int, slice | IntArray]:
+    """The walker that ``iteration`` moves, and the walkers its move is built from."""
+    w = params.size
+    slot = walker_of(iteration, w)
+    order = split_order(state, params, iteration)
+    if order is None:
+        return slot, complementary(slot, w)
+    return int(order[slot]), order[complementary(slot, w)]
+
+
 def stretch_z(u: float, a: float) -> float:
     """``z`` of the stretch move from a uniform ``u``: the inverse of the CDF of
     ``g(z) ∝ 1 / sqrt(z)`` on ``[1/a, a]``, ``((a - 1) u + 1)^2 / a``."""
@@ -195,11 +238,11 @@ def ask(state: State, params: Params) -> Proposal:
         return Proposal(state.iteration, "init", state.position)
     t = state.iteration + 1
     w = params.size
-    k = walker_of(t, w)
     if t < w:  # a walker's starting point, placed when the initial point was told
-        return Proposal(t, "proposal", state.walkers[k])
+        return Proposal(t, "proposal", state.walkers[walker_of(t, w)])
+    k, other = _moved(state, params, t)
     x = state.walkers[k]
-    others = state.walkers[complementary(k, w)]
+    others = state.walkers[other]
     rng = generator(state.seed, state.chain, t, Stream.PROPOSE)
     if params.de_probability and (
         float(generator(state.seed, state.chain, t, Stream.MIX).random()) < params.de_probability
@@ -227,7 +270,7 @@ def tell(
         return _tell_initial(state, params, logdensity)
     t = proposal.iteration
     w = params.size
-    k = walker_of(t, w)
+    k = walker_of(t, w) if t < w else _moved(state, params, t)[0]
     warm = t <= params.warmup
     outcome: Outcome
     if t < w:  # a walker's starting point
@@ -251,6 +294,9 @@ def tell(
         densities = np.array(densities)
         densities[k] = value
         densities.flags.writeable = False
+    recorded = walker_of(t, w)  # the draw: walker t mod W, whichever walker moved
+    if recorded != k:
+        position, value = walkers[recorded], float(densities[recorded])
     new: State = state.evolve(
         position=frozen_array(position),
         logdensity=value,

@@ -47,6 +47,7 @@ def _started(params: ensemble.Params, *, seed: int = 5) -> ensemble.State:
         ({"stretch": 1.0}, "stretch"),
         ({"de_probability": 1.5}, "de_probability"),
         ({"initial_spread": 0.0}, "initial_spread"),
+        ({"split": "shuffled"}, "split"),
     ],
 )
 def test_bad_options_are_refused_by_name(options: dict[str, float], option: str) -> None:
@@ -154,6 +155,44 @@ def test_complementary_half_is_frozen_during_a_half_step() -> None:
                 assert state.logdensity == state.walker_logdensities[k]
 
 
+def test_a_random_split_moves_every_walker_once_a_sweep_against_the_other_half() -> None:
+    """emcee's ``randomize_split``: each sweep draws its halves; slot ``s`` moves walker
+    ``pi(s)`` from the positions of the other half's walkers as the half-step began;
+    every walker moves once per sweep; the draw of iteration ``t`` is walker
+    ``t mod W``'s position, whichever walker moved; and the halves differ from sweep
+    to sweep."""
+    params = SAMPLER.make_params(3, {"walkers": 8, "split": "random"}, warmup=0)
+    state = _started(params)
+    w, half = 8, 4
+    orders = []
+    for _sweep in range(4):
+        order = ensemble.split_order(state, params, state.iteration + 1)
+        assert order is not None and sorted(order) == list(range(w))
+        orders.append(tuple(order))
+        for slots in (range(half), range(half, w)):
+            other = order[ensemble.complementary(slots.start, w)]
+            frozen = state.walkers[other].copy()
+            for slot in slots:
+                proposal = SAMPLER.ask(state, params)
+                t = proposal.iteration
+                assert ensemble.walker_of(t, w) == slot
+                assert np.array_equal(ensemble.split_order(state, params, t), order)
+                k = int(order[slot])
+                z = math.exp(proposal.log_correction / 2)
+                anchor = (proposal.position - z * state.walkers[k]) / (1 - z)
+                assert np.abs(frozen - anchor).max(axis=1).min() < 1e-8
+                before = state.walkers.copy()
+                state, info = SAMPLER.tell(
+                    state, params, proposal, TARGET.logdensity(proposal.position)
+                )
+                changed = set(np.flatnonzero(np.any(state.walkers != before, axis=1)))
+                assert changed == ({k} if info.outcome == "accepted" else set())
+                assert np.array_equal(state.walkers[other], frozen)
+                assert np.array_equal(state.position, state.walkers[slot])
+                assert state.logdensity == state.walker_logdensities[slot]
+    assert len(set(orders)) == len(orders)
+
+
 def test_walkers_start_in_a_ball_and_one_outside_the_support_at_the_initial_point() -> None:
     params = SAMPLER.make_params(3, {"walkers": 8, "initial_spread": 0.01}, warmup=0)
     state = SAMPLER.init(START, params, seed=1, chain=0)
@@ -229,7 +268,7 @@ def _check_moments(target: Gaussian, walkers: np.ndarray) -> None:
 
 
 def _walker_draws(
-    target: Gaussian, *, warmup: int, iterations: int, **options: float
+    target: Gaussian, *, warmup: int, iterations: int, **options: float | str
 ) -> np.ndarray:
     params = SAMPLER.make_params(target.dim, options, warmup=warmup)
     results = sample_chains(
@@ -260,12 +299,14 @@ def test_exact_on_a_strongly_correlated_gaussian_of_very_different_scales() -> N
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("de_probability", [0.0, 0.5])
-def test_exact_on_a_five_dimensional_gaussian(de_probability: float) -> None:
+@pytest.mark.parametrize(
+    ("de_probability", "split"), [(0.0, "fixed"), (0.5, "fixed"), (0.0, "random")]
+)
+def test_exact_on_a_five_dimensional_gaussian(de_probability: float, split: str) -> None:
     sd = np.array([0.5, 1.0, 1.5, 2.0, 1.0])
     target = Gaussian([0.5, -1.0, 0.0, 2.0, 1.0], np.outer(sd, sd) * (0.6 + 0.4 * np.eye(5)))
     walkers = _walker_draws(
-        target, warmup=10 * 300, iterations=10 * 2500, de_probability=de_probability
+        target, warmup=10 * 300, iterations=10 * 2500, de_probability=de_probability, split=split
     )
     _check_moments(target, walkers)
 

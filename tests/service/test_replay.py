@@ -159,6 +159,21 @@ def test_every_store_gives_the_in_process_draws(
         assert draws.tobytes() == expected.tobytes(), f"{algorithm} on {store}"
 
 
+def test_a_random_split_ensemble_gives_the_in_process_draws_on_every_store(
+    start_client: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The random split draws its halves from the chain's random numbers, so a session
+    replays bit for bit, and its draws are not the fixed split's (the option is used)."""
+    fixed = in_process("ensemble")
+    monkeypatch.setitem(OPTIONS, "ensemble", {"split": "random"})
+    expected = in_process("ensemble")
+    assert expected.tobytes() != fixed.tobytes()
+    for store in ("memory", "redis"):
+        client = start_client(store)
+        draws = served([_poster(client)], client.get, "ensemble")
+        assert draws.tobytes() == expected.tobytes(), store
+
+
 @pytest.mark.slow
 def test_two_service_processes_taking_turns_give_the_in_process_draws(
     redis_url: str, redis_prefix: str

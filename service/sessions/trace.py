@@ -3,11 +3,19 @@
 One stride for all chains, a power of two, so that successive answers for a growing
 run keep the same draws until the stride doubles; the rows between the kept ones are
 never read (:meth:`Store.read_draws_strided`).
+
+A sampler whose chain is an ensemble of walkers recorded in turn (``ensemble``,
+``smc``'s particles: :attr:`core.base.Sampler.ensemble_size`) has its running R-hat and
+ESS computed as its diagnostics are (:mod:`core.assess`): each walker's whole sweeps
+as a chain of its own, from the first sweep of moves after warm-up, read walker by
+walker with a stride of a power of two sweeps; read interleaved, as one chain, the
+walkers' draws would hide the correlation of each walker's and overstate the ESS.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import math
 import threading
@@ -104,13 +112,22 @@ async def read_trace(
                 "log_density": np.ascontiguousarray(rows[:, RowLayout.LOG_DENSITY]),
             }
         )
+    walkers = meta.sampler.ensemble_size
+    if walkers is not None:
+        w = walkers(meta.params)
+        kept, grid = await _walker_rows(store, meta, lengths, w, query.points, nbytes)
+        grid = dataclasses.replace(grid, checkpoints=query.checkpoints)
+    else:
+        w, grid = 1, _Grid(meta.id, offset, stride, meta.warmup, query.checkpoints)
     running = await asyncio.to_thread(
         _running,
         kept,
         query.params,
-        _Grid(meta.id, offset, stride, meta.warmup, query.checkpoints),
+        grid,
         cache if cache is not None else RunningCache(1),
     )
+    # A walker's checkpoint names the last iteration of its sweep.
+    running["iterations"] = [i + w - 1 for i in running["iterations"]]
     return {
         "param_names": [meta.param_names[p] for p in query.params],
         "params": list(query.params),
@@ -119,6 +136,29 @@ async def read_trace(
         "chains": chains,
         "running": running,
     }
+
+
+async def _walker_rows(
+    store: Store, meta: SessionMeta, lengths: Sequence[int], w: int, points: int, nbytes: int
+) -> tuple[list[Rows], _Grid]:
+    """Every walker's post-warm-up whole sweeps, thinned by a power of two sweeps, as a
+    chain of its own, and their grid: walker ``k``'s kept row ``j`` is iteration
+    ``start + j * stride + k`` (``start`` the first iteration of moves after warm-up that
+    begins a sweep, ``stride`` the sweeps' stride times ``w``)."""
+    start = max(meta.warmup + 1, w)
+    start += -start % w
+    sweeps = min((max(0, n - (start - 1)) // w for n in lengths), default=0)
+    step = stride_for(sweeps, points)
+    rows: list[Rows] = []
+    for chain in range(len(lengths)):
+        stop = start - 1 + sweeps * w
+        for k in range(w):
+            raw = await store.read_draws_strided(
+                meta.id, chain, start - 1 + k, stop, step * w, nbytes
+            )
+            rows.append(RowLayout.parse(raw, meta.dim, len(meta.stats)))
+    grid = _Grid(f"{meta.id}/walkers", start - 1, step * w, start - 1, 0)
+    return rows, grid
 
 
 @dataclass(frozen=True, slots=True)

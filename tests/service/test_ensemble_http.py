@@ -86,3 +86,19 @@ def test_an_odd_number_of_walkers_is_a_422_naming_it(
     body = {"algorithm": "ensemble", "dim": 2, "options": {"walkers": 7}}
     problem = assert_problem(client.post("/v1/sessions", json=body), 422)
     assert any("walkers" in e["field"] for e in problem["errors"]), problem
+
+
+def test_the_trace_reads_each_walker_as_the_diagnostics_do(client: TestClient) -> None:
+    """The trace's running R-hat and bulk ESS of an ensemble are its diagnostics' at the
+    last checkpoint (each walker's whole sweeps as a chain; kept draws not thinned here,
+    299 sweeps under 10 000 points), and every checkpoint ends a sweep."""
+    sid = _run(client, warmup=WALKERS * 50, max_iterations=WALKERS * 350 + 3)
+    doc = client.get(f"/v1/sessions/{sid}/diagnostics").json()
+    trace = client.get(f"/v1/sessions/{sid}/trace", params={"points": 10_000}).json()
+    running = trace["running"]
+    # Sweeps begin at walker 0 (iterations 408, 416, ...): 299 whole ones by 2803.
+    assert running["iterations"][-1] == WALKERS * 51 + 299 * WALKERS - 1
+    assert all((i + 1) % WALKERS == 0 for i in running["iterations"]), running["iterations"]
+    for k, parameter in enumerate(doc["parameters"]):
+        assert abs(running["r_hat"][-1][k] - parameter["r_hat"]) < 1e-9
+        assert abs(running["ess_bulk"][-1][k] / parameter["ess_bulk"] - 1) < 1e-9

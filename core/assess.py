@@ -43,7 +43,10 @@ __all__ = [
     "summaries_of",
 ]
 
-#: An effective sample size of the weights below this warns (``importance_ess``).
+#: An effective sample size of the weights below this many per chain warns
+#: (``importance_ess``): the bar of a Markov chain's ESS (``ESS_PER_CHAIN_MIN``), since
+#: the weights' (Kish's) ESS is if anything the more optimistic of the two (it cannot
+#: see what no proposal reached).
 MIN_IMPORTANCE_ESS = 100.0
 
 
@@ -113,11 +116,12 @@ def ensemble_findings(times: Sequence[float], sweeps: int, names: Sequence[str])
     return found
 
 
-def importance_findings(ev: Evidence) -> list[Finding]:
+def importance_findings(ev: Evidence, chains: int = 1) -> list[Finding]:
     """The warnings of importance weights: a Pareto k above :data:`core.evidence.K_BAD`
     (or none where the weights are all zero), an effective sample size below
-    :data:`MIN_IMPORTANCE_ESS`."""
+    :data:`MIN_IMPORTANCE_ESS` per chain (``chains`` proposals)."""
     found = []
+    minimum = MIN_IMPORTANCE_ESS * max(1, chains)
     if math.isnan(ev.pareto_k) and ev.draws and ev.log_evidence == -math.inf:
         found.append(
             Finding(
@@ -143,16 +147,17 @@ def importance_findings(ev: Evidence) -> list[Finding]:
                 "standard errors say",
             )
         )
-    if ev.ess < MIN_IMPORTANCE_ESS:
+    if ev.ess < minimum:
         found.append(
             Finding(
                 "importance_ess",
                 None,
                 None,
                 ev.ess,
-                MIN_IMPORTANCE_ESS,
+                minimum,
                 f"the importance weights' effective sample size is {ev.ess:.0f}, under "
-                f"{MIN_IMPORTANCE_ESS:.0f}",
+                f"{minimum:.0f} ({MIN_IMPORTANCE_ESS:.0f} per chain): the proposals fit "
+                "the target poorly, and what they miss the weights cannot show",
             )
         )
     return found
@@ -217,7 +222,7 @@ def assess(
     if n == 0:
         found.append(Finding("too_few_draws", None, None, 0.0, 1.0, "no post-warm-up draws yet"))
         return Assessment([], found, ev, log_w)
-    found = importance_findings(ev)
+    found = importance_findings(ev, chains)
     if sampler.modes is not None:
         found += mode_findings(sampler.modes(states), chains)
     return Assessment(summaries(names, x, log_w), found, ev, log_w)

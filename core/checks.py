@@ -149,7 +149,7 @@ CODES = (
 """Every finding's code, in the order :func:`check` reports them (``short_run`` is an
 ensemble's, :func:`core.assess.ensemble_findings`; ``pareto_k``, ``importance_ess`` and
 ``unseen_modes`` importance sampling's, :func:`core.assess.importance_findings`; ``swap_rate_low`` and ``evidence_unreliable`` parallel tempering's,
-``core.samplers.tempering.evidence_findings`` (the second also ``smc``'s);
+``core.stepping_stones.evidence_findings`` (the second also ``smc``'s);
 ``smc_unfinished`` sequential Monte Carlo's, ``core.samplers.smc.evidence_findings``)."""
 
 

@@ -67,9 +67,9 @@ from kameleon.core.gradient_warmup import DualAveraging, MetricWindow, warmup_ch
 from kameleon.core.hamiltonian import (
     DIVERGENCE,
     draw_momentum,
+    half_momentum,
     is_turning,
     kinetic_energy,
-    half_momentum,
     leapfrog_momentum,
     leapfrog_position,
     log_add_exp,

@@ -91,15 +91,15 @@ from kameleon.core.checks import Finding
 from kameleon.core.evidence import Evidence
 from kameleon.core.linalg import jittered_cholesky
 from kameleon.core.rng import Stream, generator
-from kameleon.core.samplers.tempering import (
-    MIN_CHAINS_FOR_ERROR,
+from kameleon.core.serialization import register
+from kameleon.core.stepping_stones import MIN_CHAINS_FOR_ERROR
+from kameleon.core.tempered import (
     log_reference,
     parts_value,
     pseudo_marginal_refusal,
     reference_split,
     split_parts,
 )
-from kameleon.core.serialization import register
 
 __all__ = [
     "NAME",

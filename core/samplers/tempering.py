@@ -56,15 +56,14 @@ by 1.2 of them in root mean square (BENCHMARKS.md, section 10).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal, Protocol
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
 from kameleon.core import arithmetic
 from kameleon.core.adaptation import learning_rate, robbins_monro, usable_covariance
-from kameleon.core.arithmetic import dot, exp1, log1, matvec, pow1
+from kameleon.core.arithmetic import exp1, log1, matvec, pow1
 from kameleon.core.base import (
     ChainState,
     FloatArray,
@@ -77,37 +76,30 @@ from kameleon.core.base import (
     new_chain_fields,
     params_parser,
 )
-from kameleon.core.checks import Finding
-from kameleon.core.evidence import Evidence
 from kameleon.core.linalg import jittered_cholesky
 from kameleon.core.rng import Stream, generator, substream
 from kameleon.core.serialization import register
+from kameleon.core.stepping_stones import evidence_of
+from kameleon.core.tempered import (
+    needs_parts,
+    parts_value,
+    pseudo_marginal_refusal,
+    reference_split,
+    split_parts,
+)
 from kameleon.core.windows import window_ends
 
 __all__ = [
-    "MIN_CHAINS_FOR_ERROR",
-    "MIN_STONE_ESS",
-    "MIN_SWAP_RATE",
     "NAME",
     "SAMPLER",
     "Params",
     "State",
-    "TemperedParams",
     "adapt_ladder",
     "ask",
-    "chain_evidence",
     "chain_floats",
-    "evidence_findings",
     "geometric_ladder",
     "init",
-    "likelihood_split",
-    "log_evidence",
-    "log_reference",
     "make_params",
-    "parts_value",
-    "pseudo_marginal_refusal",
-    "reference_split",
-    "split_parts",
     "swap_probability",
     "tell",
     "tell_parts",
@@ -115,15 +107,6 @@ __all__ = [
 
 NAME = "tempering"
 
-#: A pair of neighbouring rungs whose post-warm-up swap rate (averaged over the chains)
-#: is below this warns (``swap_rate_low``).
-MIN_SWAP_RATE = 0.02
-#: Fewer chains than this: the spread of their evidence estimates is a poor standard
-#: error (``evidence_unreliable``).
-MIN_CHAINS_FOR_ERROR = 4
-#: A stepping stone whose weights' effective sample size (over every chain) is below
-#: this warns (``evidence_unreliable``).
-MIN_STONE_ESS = 100.0
 #: Added to every pair's rejection rate before the ladder is adapted, so that the
 #: barrier grows strictly and a pair that always swapped keeps some width.
 _RATE_FLOOR = 1e-3
@@ -335,79 +318,6 @@ def ask(state: State, params: Params) -> Proposal:
     if not np.all(np.isfinite(point)):
         point = current  # an overflow: propose staying put (the kernel stays exact)
     return Proposal(t, _kind(state, params), frozen_array(point), 0.0, state.step)
-
-
-class TemperedParams(Protocol):
-    """The options that define the tempered targets, shared with ``smc``."""
-
-    @property
-    def dim(self) -> int: ...
-
-    @property
-    def tempered(self) -> Literal["reference", "likelihood"]: ...
-
-    @property
-    def reference_mean(self) -> float: ...
-
-    @property
-    def reference_sd(self) -> float: ...
-
-
-def log_reference(params: TemperedParams, x: FloatArray) -> float:
-    """The reference Gaussian's log density at ``x``, ``N(reference_mean,
-    reference_sd^2 I)``."""
-    s = params.reference_sd
-    u = (np.asarray(x) - params.reference_mean) / s
-    with np.errstate(over="ignore", invalid="ignore"):
-        q = dot(u, u)  # the same bits on every CPU
-    return -0.5 * q - params.dim * (log1(s) + 0.5 * log1(2 * math.pi))
-
-
-def reference_split(
-    params: TemperedParams, position: FloatArray, logdensity: float
-) -> tuple[float, float]:
-    """A told log density of the ``"reference"`` mode as the told value ``a + l`` and its
-    ``l = log pi - log ref`` (``-inf``: outside the support, or a point the reference gives
-    no density to); a ``ValueError`` in the ``"likelihood"`` mode, or for a value that is
-    not a number below ``+inf``."""
-    if params.tempered != "reference":
-        raise ValueError(
-            "tempered 'likelihood' needs log_prior and log_likelihood apart at every point"
-        )
-    if math.isnan(logdensity) or logdensity == math.inf:
-        raise ValueError("log density must be a number or -inf")
-    base = log_reference(params, position)
-    if logdensity == -math.inf or not math.isfinite(base):
-        return float(logdensity), -math.inf
-    return float(logdensity), float(logdensity) - base
-
-
-def likelihood_split(parts: Parts) -> tuple[float, float]:
-    """Told parts as the value ``log_prior + log_likelihood`` and the log likelihood
-    (``-inf`` where the log prior is); a ``ValueError`` for parts that are not numbers."""
-    lp, ll = float(parts.log_prior), float(parts.log_likelihood)
-    if math.isnan(lp) or lp == math.inf:
-        raise ValueError("log prior must be a number or -inf")
-    if lp == -math.inf:
-        ll = -math.inf
-    elif not math.isfinite(ll):
-        raise ValueError("log likelihood must be finite where the log prior is")
-    return lp + ll, ll
-
-
-def split_parts(params: TemperedParams, position: FloatArray, parts: Parts) -> tuple[float, float]:
-    """Told parts as the told value and its ``l``: in the ``"likelihood"`` mode the log
-    likelihood, in the ``"reference"`` mode their sum against the reference
-    (:func:`reference_split`)."""
-    value, loglik = likelihood_split(parts)
-    if params.tempered == "reference":
-        return reference_split(params, position, value)
-    return value, loglik
-
-
-def parts_value(params: Any, parts: Parts) -> float:
-    """The value told parts stand for: ``log_prior + log_likelihood``."""
-    return float(parts.log_prior) + float(parts.log_likelihood)
 
 
 def tell(
@@ -635,121 +545,6 @@ def adapt_ladder(betas: FloatArray, rejection: FloatArray) -> FloatArray:
     new[0], new[-1] = b[0], 1.0
     new = np.maximum.accumulate(new)  # rounding aside, strictly increasing already
     return frozen_array(new[::-1])
-
-
-def log_evidence(state: State, params: Params) -> tuple[float, int]:
-    """The chain's stepping-stone estimate of ``log Z`` and its post-warm-up draws (NaN
-    with none)."""
-    n = state.iteration - params.warmup if state.logdensity is not None else 0
-    if n <= 0:
-        return math.nan, 0
-    lse = np.asarray(state.stone_lse)
-    log_n = math.log(n)
-    return float(np.sum(lse[:-1] - log_n) - (lse[-1] - log_n)), n
-
-
-def _stone_ess(state: State) -> FloatArray:
-    lse, lse2 = np.asarray(state.stone_lse), np.asarray(state.stone_lse2)
-    with np.errstate(invalid="ignore", over="ignore"):
-        return np.asarray(np.exp(2.0 * lse - lse2))
-
-
-def chain_evidence(states: Sequence[State], params: Params) -> Evidence | None:
-    """The log evidence of the chains: the mean of their stepping-stone estimates, its
-    standard error their standard deviation over ``sqrt(chains)`` (NaN with one chain);
-    ``ess`` the smallest stone's weights' effective sample size summed over the chains,
-    ``pareto_k`` NaN (there are no importance weights to judge), ``draws`` every chain's
-    post-warm-up draws. ``None`` before any chain has a post-warm-up draw."""
-    estimates = [log_evidence(s, params) for s in states]
-    kept = [(z, n) for z, n in estimates if n > 0]
-    if not kept:
-        return None
-    values = np.array([z for z, _ in kept])
-    draws = sum(n for _, n in kept)
-    mean = float(np.mean(values))
-    se = float(np.std(values, ddof=1) / math.sqrt(values.size)) if values.size > 1 else math.nan
-    ess = np.sum([_stone_ess(s) for s, (_, n) in zip(states, estimates, strict=True) if n], axis=0)
-    return Evidence(mean, se, float(np.min(ess)), math.nan, draws)
-
-
-def evidence_findings(states: Sequence[State], params: Params) -> list[Finding]:
-    """The warnings of the chains' ladders and evidence: ``swap_rate_low`` (a pair of
-    neighbours whose post-warm-up swap rate, over the chains, is below
-    :data:`MIN_SWAP_RATE`: the ladder is too sparse there and modes may be missed) and
-    ``evidence_unreliable`` (fewer than :data:`MIN_CHAINS_FOR_ERROR` chains, or a stone
-    whose weights' effective sample size is below :data:`MIN_STONE_ESS`)."""
-    found: list[Finding] = []
-    post = [(s, s.iteration - params.warmup) for s in states if s.logdensity is not None]
-    post = [(s, n) for s, n in post if n > 0]
-    if not post:
-        return found
-    total = sum(n for _, n in post)
-    rates = np.sum([np.asarray(s.swaps) for s, _ in post], axis=0) / total
-    worst = int(np.argmin(rates))
-    if rates[worst] < MIN_SWAP_RATE:
-        betas = np.asarray(post[0][0].betas)
-        found.append(
-            Finding(
-                "swap_rate_low",
-                None,
-                None,
-                float(rates[worst]),
-                MIN_SWAP_RATE,
-                f"the rungs at beta {betas[worst]:.3g} and {betas[worst + 1]:.3g} swapped with "
-                f"probability {rates[worst]:.3f} after warm-up: the ladder is too sparse "
-                "there, so the cold chain may miss modes that the hot ones found",
-            )
-        )
-    ev = chain_evidence(states, params)
-    if ev is not None:
-        if len(post) < MIN_CHAINS_FOR_ERROR:
-            found.append(
-                Finding(
-                    "evidence_unreliable",
-                    None,
-                    None,
-                    float(len(post)),
-                    float(MIN_CHAINS_FOR_ERROR),
-                    f"the evidence's standard error is the spread of {len(post)} chains' "
-                    f"estimates, under {MIN_CHAINS_FOR_ERROR}: it is "
-                    + ("missing" if len(post) == 1 else "a rough guess"),
-                )
-            )
-        elif ev.ess < MIN_STONE_ESS:
-            found.append(
-                Finding(
-                    "evidence_unreliable",
-                    None,
-                    None,
-                    ev.ess,
-                    MIN_STONE_ESS,
-                    f"a stepping stone's weights have an effective sample size of "
-                    f"{ev.ess:.0f}, under {MIN_STONE_ESS:.0f}: the evidence and its error "
-                    "are unreliable (more rungs, or a longer run)",
-                )
-            )
-    return found
-
-
-def evidence_of(states: Sequence[State], params: Params) -> tuple[Evidence | None, list[Finding]]:
-    """:func:`chain_evidence` and :func:`evidence_findings` together (the record's
-    ``chain_evidence``)."""
-    return chain_evidence(states, params), evidence_findings(states, params)
-
-
-def pseudo_marginal_refusal(params: Any) -> str:
-    """Why an unbiased estimate of the density will not do for a sampler of tempered
-    densities (``tempering``, ``smc``; see ``Sampler``)."""
-    return (
-        "evaluates tempered copies of the density in each transition, and a tempered "
-        "unbiased estimate is not an unbiased estimate of the tempered density: "
-        "pseudo_marginal needs a sampler of the target itself"
-    )
-
-
-def needs_parts(params: Params) -> bool:
-    """Whether every result must tell the log prior and the log likelihood apart."""
-    return params.tempered == "likelihood"
 
 
 def chain_floats(dim: int, params: Params) -> int:

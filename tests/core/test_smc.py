@@ -20,8 +20,8 @@ from kameleon.core.base import Parts
 from kameleon.core.diagnostics import mcse_mean
 from kameleon.core.run import assess_results, sample_chains
 from kameleon.core.samplers import smc
-from kameleon.core.samplers.tempering import log_reference
 from kameleon.core.serialization import decode, encode
+from kameleon.core.tempered import log_reference
 
 SAMPLER = SAMPLERS["smc"]
 

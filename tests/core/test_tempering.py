@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kameleon.core import SAMPLERS
+from kameleon.core import SAMPLERS, stepping_stones
 from kameleon.core.base import Parts
 from kameleon.core.diagnostics import mcse_mean, summarize
 from kameleon.core.run import assess_results, sample_chains
@@ -282,7 +282,7 @@ def _evidence_run(fn: Any, options: dict[str, Any], seed: int) -> tuple[Any, lis
     )
     params = SAMPLER.make_params(2, options, warmup=warmup)
     assessment = assess_results(SAMPLER, params, results, ["a", "b"], warmup)
-    per_chain = [tempering.log_evidence(r.state, params)[0] for r in results]
+    per_chain = [stepping_stones.log_evidence(r.state, params)[0] for r in results]
     return assessment, per_chain
 
 

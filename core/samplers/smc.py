@@ -115,6 +115,7 @@ __all__ = [
     "log_mean_exp",
     "make_params",
     "next_delta",
+    "population_inflation",
     "systematic_resample",
     "tell",
     "tell_parts",
@@ -657,6 +658,15 @@ def chain_floats(dim: int, params: Params) -> int:
     return 40 + 2 * n * (dim + 4) + 3 * dim * dim + 4 * dim
 
 
+def population_inflation(params: Params) -> float:
+    """``kappa`` of the assessment's population reading (:mod:`core.population`):
+    ``2 / ess_fraction``. Each stage resamples a population whose conditional effective
+    sample size is ``ess_fraction N``, and the stages compound; measured on separated
+    modes, the variance of a chain's share of a mode was 1.6 to 4.1 times that of ``N``
+    independent particles at the default 0.5."""
+    return 2.0 / params.ess_fraction
+
+
 #: The sampler as the registry (:data:`core.SAMPLERS`) knows it.
 SAMPLER: Sampler[State, Params] = Sampler(
     name=NAME,
@@ -674,4 +684,5 @@ SAMPLER: Sampler[State, Params] = Sampler(
     needs_parts=needs_parts,
     chain_evidence=evidence_of,
     ensemble_size=lambda params: params.particles,
+    population=population_inflation,
 )

@@ -229,7 +229,7 @@ def assess(
             elif sampler.population is not None and walkers.shape[1] >= MIN_DRAWS:
                 kappa = sampler.population(params)
                 findings = _population_findings(findings, walkers, names, kappa)
-                findings += short_run_findings(times, walkers.shape[1], names)
+                findings += short_run_findings(walkers)
         chain_ev = None
         if sampler.chain_evidence is not None and states is not None:
             # A sampler whose chains estimate the evidence in their states (tempering).

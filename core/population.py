@@ -82,12 +82,16 @@ than :data:`core.checks.CHAIN_Z_MAX` of its standard errors from the other chain
 found a different mixture of the modes, or collapsed into one, is far.
 
 **A short run.** The estimates above hold however few the sweeps, as long as the
-tempering's population is right; the moves after warm-up are what repair a population
-that is not quite. ``short_run`` warns when the sweeps after warm-up are fewer than
-:data:`MIN_SWEEP_TIMES` autocorrelation times of a parameter (the particles' own,
-:mod:`core.autocorr`, in sweeps): the particles have hardly moved from where the
-tempering left them, and the estimate of ``tau`` is not yet trusted either (below
-Sokal's window of ``c = 5`` of them).
+tempering's population is right, and a short run's particles keep much of where they
+started, which the persistent part counts ``kappa`` times. emcee's rule of 50
+autocorrelation times (``ensemble``'s ``short_run``) asks each walker to forget its
+start; a population need not, and its estimate of ``tau`` from a run of ``S`` sweeps
+saturates near ``S / 12`` whatever the true ``tau`` (per particle, about its own mean),
+so that no rule on it can tell a short run. ``short_run`` here warns when more than
+:data:`MAX_UNMOVED` of the particles did not move at all after warm-up: the draws are
+then the tempering's population, resampled copies included, and little else.
+``autocorrelation_time`` is still reported (over the particles that moved), for the
+evaluations per effective draw of one particle.
 """
 
 from __future__ import annotations
@@ -101,15 +105,15 @@ import numpy.typing as npt
 import scipy.special
 import scipy.stats
 
-from kameleon.core.autocorr import WINDOW_C, integrated_time
+from kameleon.core.autocorr import integrated_time
 from kameleon.core.base import FloatArray
 from kameleon.core.checks import CHAIN_Z_MAX, Finding
 from kameleon.core.diagnostics import ParameterSummary
 
 __all__ = [
     "AGREEMENT_LEVEL",
+    "MAX_UNMOVED",
     "MIN_CHAIN_PARTICLES",
-    "MIN_SWEEP_TIMES",
     "Population",
     "population_findings",
     "population_summaries",
@@ -120,9 +124,9 @@ __all__ = [
 #: The chains' means disagreeing past this quantile of their Monte Carlo error count
 #: toward R-hat.
 AGREEMENT_LEVEL = 0.99
-#: A run of fewer sweeps than this many of a parameter's autocorrelation times warns
-#: (``short_run``): Sokal's window.
-MIN_SWEEP_TIMES = WINDOW_C
+#: A share of particles that did not move after warm-up above this warns
+#: (``short_run``): at the moves' target acceptance of 0.25, a run under 5 sweeps.
+MAX_UNMOVED = 0.25
 
 #: ``chain_mean`` needs this many particles per chain: a chain's error is estimated from
 #: its particles' averages, and with fewer that estimate is too rough (a chi-square of
@@ -324,22 +328,26 @@ def population_times(walkers: npt.ArrayLike) -> list[float]:
     return times
 
 
-def short_run_findings(times: Sequence[float], sweeps: int, names: Sequence[str]) -> list[Finding]:
-    """``short_run``: fewer sweeps after warm-up than :data:`MIN_SWEEP_TIMES` of a
-    parameter's autocorrelation time, where it is known."""
-    found = []
-    for name, tau in zip(names, times, strict=True):
-        if math.isfinite(tau) and sweeps < MIN_SWEEP_TIMES * tau:
-            found.append(
-                Finding(
-                    "short_run",
-                    name,
-                    None,
-                    sweeps / tau,
-                    MIN_SWEEP_TIMES,
-                    f"the run is {sweeps / tau:.1f} autocorrelation times of {name} long "
-                    f"({sweeps} sweeps, tau {tau:.1f}), under {MIN_SWEEP_TIMES:.0f}: the "
-                    "particles have hardly moved from where the tempering left them.",
-                )
-            )
-    return found
+def short_run_findings(walkers: npt.ArrayLike) -> list[Finding]:
+    """``short_run``: more than :data:`MAX_UNMOVED` of the particles (of every chain) did
+    not move after warm-up, whatever the parameter."""
+    x = np.asarray(walkers, dtype=np.float64)
+    sweeps = x.shape[1]
+    if sweeps < 2:
+        return []
+    still = np.all(x == x[:, :1], axis=(1, 3))
+    share = float(np.mean(still))
+    if share <= MAX_UNMOVED:
+        return []
+    return [
+        Finding(
+            "short_run",
+            None,
+            None,
+            share,
+            MAX_UNMOVED,
+            f"{share:.0%} of the particles did not move in the {sweeps} sweeps after "
+            f"warm-up (over {MAX_UNMOVED:.0%}): the draws are the tempering's population "
+            "and little else, its resampled copies included.",
+        )
+    ]

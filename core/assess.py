@@ -8,7 +8,11 @@ Markov chains are judged by :func:`core.diagnostics.summarize` and
 walker's draws as a chain of its own (as ArviZ reads emcee's walkers), whole sweeps
 only; the checks of a chain's own draws (``stuck``, ``chain_mean``) read its walkers
 one after the other; and each parameter gets emcee's integrated autocorrelation time
-(:mod:`core.autocorr`), with the ``short_run`` warning under 50 of them. A sampler
+(:mod:`core.autocorr`), with the ``short_run`` warning under 50 of them. A population
+(a sampler whose record gives ``population`` too: ``smc``, whose particles start after
+warm-up as a sample of the target) is read differently, by :mod:`core.population`: each
+chain's whole population is the unit of R-hat, of the ESS and of ``chain_mean``, and
+``short_run`` says that the particles did not move. A sampler
 whose chains estimate the evidence in their states (its record's ``chain_evidence``:
 ``tempering``, ``smc``) adds that evidence and its warnings. Weighted draws (a sampler whose
 record says ``weighted``) are not chains: they are weighed against the mixture of every chain's proposal (the

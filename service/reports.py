@@ -168,10 +168,11 @@ class ParameterDiagnostics(BaseModel):
     r_hat: float | None
     autocorrelation_time: float | None = Field(
         None,
-        description="`ensemble` only (null otherwise, and where undefined): emcee's "
-        "integrated autocorrelation time, in sweeps of the ensemble (each walker's "
+        description="`ensemble` and `smc` only (null otherwise, and where undefined): "
+        "emcee's integrated autocorrelation time, in sweeps of the ensemble (each walker's "
         "steps), with the walkers averaged and Sokal's window (c = 5); also the "
-        "evaluations per effective draw.",
+        "evaluations per effective draw (of one walker). For `smc`, over the particles "
+        "that moved after warm-up.",
     )
 
 

@@ -48,9 +48,11 @@ below ``ess_fraction`` (it skipped stages), the chain is marked unfinished: the
 evaluations, ``N``, ends the tempering at iteration ``N``, after warm-up: the draws
 before are the reference's). After warm-up nothing adapts or resamples: every particle
 is an exact random-walk Metropolis chain for the target, with a fixed proposal, and the
-chain's draw at iteration ``t`` is particle ``t mod N``'s state after its move; the
-assessment reads the particles as ``ensemble``'s walkers (the record's
-``ensemble_size``).
+chain's draw at iteration ``t`` is particle ``t mod N``'s state after its move (the
+record's ``ensemble_size``). The assessment reads each chain's population as a whole
+(the record's ``population``, :mod:`core.population`): a particle need not mix on its
+own, and on separated modes never leaves the one it sits in, while the population
+carries each mode with its weight; R-hat compares the chains' populations.
 
 **The evidence** ``Z = ∫ exp(a + l)`` (the reference integrates to 1; in the likelihood
 mode the prior's normaliser times the marginal likelihood): each chain's estimate is the

@@ -16,6 +16,15 @@ different modes and warns on a right run, however long. The unit to compare is t
 chain's whole population: different chains are independent runs, the particles of one
 chain are not.
 
+This is how SMC is judged elsewhere too: with several independent runs, R-hat across
+runs, each run's particles pooled and not split (the R package redist's SMC
+diagnostics; PyMC's ``sample_smc`` with several chains gives ArviZ each run's final
+particles as a chain), with the particles' effective sample size and its collapse at
+the stages beside it. A run's own variance can be estimated from its genealogy (the
+ancestor each particle descends from, Lee and Whiteley 2018; Chopin and
+Papaspiliopoulos 2020), which the chains' states do not keep: hence the
+bound below, checked against the chains' spread.
+
 **A population's estimate and its error.** Of one parameter (or a function of it: its
 normal scores, their folding, a quantile's indicator), particle ``i`` of chain ``c``
 averages ``a_ci`` over the ``S`` sweeps, and the chain's estimate is

@@ -54,9 +54,9 @@ and 2), the variance of a chain's share of one mode was 1.6 to 4.1 times the bin
 ``p (1 - p) / N``. On a run long enough for the particles to forget where they
 started, ``P`` is about 0 and ``V_c`` is ``N`` particles times each one's effective
 draws (``S / tau``); on separated modes, ``V_c`` is that of ``N / kappa`` independent
-draws of the mode, however long the run. So the effective draws of a chain are at most
-``N / kappa`` times what each particle's moves add: never more than the particles
-resampled at the stages allow.
+draws of the mode, however long the run. So a chain's effective draws are ``N`` times
+each particle's where the particles forget their starts, and ``N / kappa`` for what
+they cannot forget (the modes): never more than the resampled particles allow.
 
 **R-hat.** Gelman and Rubin's potential scale reduction compares the between-chain
 variance of the chains' means, ``B``, with what the chains' own errors explain. With
@@ -67,12 +67,13 @@ variance of a chain's mean. A population's is ``V_c``, so here
     ``R^2 = 1 + max(0, B - q V) / W``,
 
 with ``V`` the mean of the ``V_c`` and ``q`` the 99% point of ``chi^2_{M - 1} / (M - 1)``
-(``M`` chains): the chains' means disagree by more than their Monte Carlo error can
-make them, at the 1% level, and by more than ``R`` says. Without ``q``, ``B`` is an
-estimate from ``M`` values, as noisy as ``chi^2_{M - 1}``; with 8 chains of 32
-particles on separated modes, where a chain's error is large, ``R`` would pass 1.01 on
-right runs one time in several. ``R`` is 1 where the chains agree within their
-errors. As in Vehtari et al. (2021), it is computed on the normal scores of the ranks
+(``M`` chains): ``R`` passes 1 only where the chains' means disagree by more than their
+Monte Carlo error makes them at the 1% level, and measures the excess. Without ``q``:
+``B`` is an estimate from ``M`` values, as noisy as ``chi^2_{M - 1}``, and where a
+chain's error is large against ``W`` (separated modes: ``V / W`` about ``kappa / N``)
+a right run would pass 1.01 often (8 chains of 32 particles: ``B`` above ``V +
+0.02 W`` is ``chi^2_7 / 7`` above about 1.2 if ``kappa`` were exact, one time in
+three). As in Vehtari et al. (2021), it is computed on the normal scores of the ranks
 of every draw and of their distances from the median, and the larger is reported; the
 same 1.01 warns (``rhat``). With one chain, its two halves of sweeps are the units.
 The chains are not split: a population at the end of the tempering is already a sample

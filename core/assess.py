@@ -8,7 +8,11 @@ Markov chains are judged by :func:`core.diagnostics.summarize` and
 walker's draws as a chain of its own (as ArviZ reads emcee's walkers), whole sweeps
 only; the checks of a chain's own draws (``stuck``, ``chain_mean``) read its walkers
 one after the other; and each parameter gets emcee's integrated autocorrelation time
-(:mod:`core.autocorr`), with the ``short_run`` warning under 50 of them. A sampler
+(:mod:`core.autocorr`), with the ``short_run`` warning under 50 of them. A population
+(a sampler whose record gives ``population`` too: ``smc``, whose particles start after
+warm-up as a sample of the target) is read differently, by :mod:`core.population`: each
+chain's whole population is the unit of R-hat, of the ESS and of ``chain_mean``, and
+``short_run`` says that the particles did not move. A sampler
 whose chains estimate the evidence in their states (its record's ``chain_evidence``:
 ``tempering``, ``smc``) adds that evidence and its warnings. Weighted draws (a sampler whose
 record says ``weighted``) are not chains: they are weighed against the mixture of every chain's proposal (the
@@ -30,6 +34,12 @@ from kameleon.core.base import FloatArray, Sampler
 from kameleon.core.checks import Finding, check
 from kameleon.core.diagnostics import MIN_DRAWS, ParameterSummary, summarize
 from kameleon.core.evidence import K_BAD, Evidence, evidence, summaries
+from kameleon.core.population import (
+    population_findings,
+    population_summaries,
+    population_times,
+    short_run_findings,
+)
 
 __all__ = [
     "MAX_UNSEEN",
@@ -78,13 +88,32 @@ def summaries_of(
 ) -> list[ParameterSummary]:
     """:func:`core.diagnostics.summarize` of a Markov sampler's post-warm-up ``draws``
     (``(chains, draws, dim)``); an ensemble's with each walker's whole sweeps as a chain,
-    once there are :data:`core.diagnostics.MIN_DRAWS` sweeps."""
+    once there are :data:`core.diagnostics.MIN_DRAWS` sweeps, and a population's
+    (``smc``) with each chain's population read as a whole
+    (:func:`core.population.population_summaries`)."""
     x = np.asarray(draws, dtype=np.float64)
     walkers = _walkers(sampler, params, x)
     if walkers is not None and walkers.shape[1] >= MIN_DRAWS:
+        if sampler.population is not None:
+            return population_summaries(walkers, names, sampler.population(params))
         chains, sweeps, w, d = walkers.shape
         x = walkers.transpose(0, 2, 1, 3).reshape(chains * w, sweeps, d)
     return list(summarize(x, names))
+
+
+def _population_findings(
+    findings: list[Finding],
+    walkers: FloatArray,
+    names: Sequence[str],
+    kappa: float,
+) -> list[Finding]:
+    """A population's ``chain_mean`` in place of :func:`core.checks.check`'s, which
+    would compare a chain's particles read one after another."""
+    own = population_findings(walkers, names, kappa)
+    kept = [f for f in findings if f.code != "chain_mean"]
+    # In the order of CODES: chain_mean comes after stuck, before the trajectories'.
+    at = next((i for i, f in enumerate(kept) if f.code in ("divergent", "low_ebfmi")), len(kept))
+    return [*kept[:at], *own, *kept[at:]]
 
 
 def autocorrelation_times(walkers: FloatArray) -> list[float]:
@@ -199,9 +228,17 @@ def assess(
         )
         times = None
         if walkers is not None:
-            times = autocorrelation_times(walkers)
-            if x.shape[1] >= MIN_DRAWS:
+            times = (
+                autocorrelation_times(walkers)
+                if sampler.population is None
+                else population_times(walkers)
+            )
+            if x.shape[1] >= MIN_DRAWS and sampler.population is None:
                 findings += ensemble_findings(times, walkers.shape[1], names)
+            elif sampler.population is not None and walkers.shape[1] >= MIN_DRAWS:
+                kappa = sampler.population(params)
+                findings = _population_findings(findings, walkers, names, kappa)
+                findings += short_run_findings(walkers)
         chain_ev = None
         if sampler.chain_evidence is not None and states is not None:
             # A sampler whose chains estimate the evidence in their states (tempering).

@@ -386,10 +386,19 @@ class Sampler(Generic[S, P]):
         retry of an evaluation applied before is a duplicate whatever its value.
     ensemble_size
         ``ensemble_size(params)``: for a sampler whose chain is an ensemble of walkers
-        updated in turn (``ensemble``; ``smc``'s population of particles, read the same
-        way), the walkers ``W``: iteration ``t`` records walker ``t mod W``, and the
-        assessment judges the draws as ``W`` interleaved walkers (:mod:`core.autocorr`).
+        updated in turn (``ensemble``; ``smc``'s population of particles), the walkers
+        ``W``: iteration ``t`` records walker ``t mod W``, and the assessment judges the
+        draws as ``W`` interleaved walkers (:mod:`core.autocorr`; ``smc``'s as a
+        population, ``population``).
         ``None``: the draws are one chain's.
+    population
+        ``population(params)``: for an ensemble whose walkers are a population that
+        starts, after warm-up, as a sample of the target (``smc``'s particles after the
+        tempering), the factor ``kappa`` by which its resampling inflates the variance of
+        what its particles keep through the run (the mode each sits in) over that of
+        independent particles. The assessment then reads each chain's population as a
+        whole, not each walker as a chain (:mod:`core.population`). ``None``: the
+        walkers are read as chains.
     needs_parts
         ``needs_parts(params)``: whether, with these options, every told result must give
         the log prior and the log likelihood apart (:class:`Parts`, without gradients),
@@ -433,6 +442,7 @@ class Sampler(Generic[S, P]):
     conditional_indices: Callable[[P, int], tuple[int, ...] | None] | None = None
     told_record: Callable[[S, P, int, int], tuple[float, FloatArray | None] | None] | None = None
     ensemble_size: Callable[[P], int] | None = None
+    population: Callable[[P], float] | None = None
 
     needs_parts: Callable[[P], bool] | None = None
     pseudo_marginal_refusal: Callable[[P], str | None] | None = None

@@ -147,7 +147,8 @@ CODES = (
     "smc_unfinished",
 )
 """Every finding's code, in the order :func:`check` reports them (``short_run`` is an
-ensemble's, :func:`core.assess.ensemble_findings`; ``pareto_k``, ``importance_ess`` and
+ensemble's, :func:`core.assess.ensemble_findings`, and a population's,
+:func:`core.population.short_run_findings`; ``pareto_k``, ``importance_ess`` and
 ``unseen_modes`` importance sampling's, :func:`core.assess.importance_findings`; ``swap_rate_low`` and ``evidence_unreliable`` parallel tempering's,
 ``core.stepping_stones.evidence_findings`` (the second also ``smc``'s);
 ``smc_unfinished`` sequential Monte Carlo's, ``core.samplers.smc.evidence_findings``)."""
@@ -214,7 +215,8 @@ HINTS: dict[str, str] = {
     "(a non-centred form of a hierarchical model)",
     "low_ebfmi": "reparameterise (a non-centred form of a hierarchical model), or give the "
     "parameters with heavy tails a transformed scale",
-    "short_run": "run more iterations: at least 50 autocorrelation times of sweeps after warm-up",
+    "short_run": "run more iterations: at least 50 autocorrelation times of sweeps after "
+    "warm-up (smc: sweeps enough for its particles to move)",
     "pareto_k": "run a longer warm-up (the proposals are fitted to it), or more chains "
     "started apart (each finds its own part of the target)",
     "importance_ess": "run more iterations, or a longer warm-up so that the proposals fit",

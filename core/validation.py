@@ -31,6 +31,7 @@ import numpy as np
 from scipy import stats
 
 from kameleon.core import SAMPLERS
+from kameleon.core.assess import summaries_of
 from kameleon.core.autocorr import by_walker
 from kameleon.core.base import FloatArray, Sampler
 from kameleon.core.checks import SamplingWarning
@@ -417,6 +418,17 @@ def run_case(
             )
 
         max_rhat, ess = math.nan, ess_all
+    elif sampler.population is not None:  # smc: each chain's population as a whole
+        params = sampler.make_params(case.dim, options or {}, warmup=warmup)
+        found = summaries_of(sampler, params, draws, [f"x{i}" for i in range(case.dim)])
+        mean, sd = flat.mean(axis=0), flat.std(axis=0)
+        mcse = np.array([p["mcse_mean"] for p in found])
+
+        def below_fraction(q: FloatArray) -> FloatArray:
+            return np.asarray((flat[:, None, :] <= q[None, :, :]).mean(axis=0))
+
+        max_rhat = float(np.nanmax([p["r_hat"] for p in found]))
+        ess = np.array([p["ess_bulk"] for p in found])
     else:
         mean, sd = flat.mean(axis=0), flat.std(axis=0)
         chained = _as_chains(sampler, case.dim, options, warmup, draws)

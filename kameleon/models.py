@@ -294,7 +294,7 @@ class ParameterDiagnostics:
     ess_bulk: float
     ess_tail: float
     r_hat: float
-    autocorrelation_time: float = math.nan  # ensemble only
+    autocorrelation_time: float = math.nan  # ensemble and smc only
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> ParameterDiagnostics:

@@ -47,7 +47,8 @@ class WarningOut(BaseModel):
       `ess_*`, `acceptance_*`, `stuck` and `chain_mean` warnings it stands for are
       then not reported.
     - `rhat`: a parameter's rank-normalised split R-hat is over 1.01: the chains do
-      not agree yet. `value` null: chains stuck at different points.
+      not agree yet. `value` null: chains stuck at different points. For `smc`, R-hat
+      across the chains' whole populations, beyond their Monte Carlo error (PROTOCOL.md).
     - `ess_bulk`, `ess_tail`: a parameter's bulk or tail ESS is under 100 per chain
       (`threshold`: 100 times the chains).
     - `acceptance_low`, `acceptance_high`: a chain accepted under 5% or over 95% of its
@@ -57,11 +58,14 @@ class WarningOut(BaseModel):
       probability under 1% (225 for 1000 draws, 315 for 100 000). `value`: the run.
     - `chain_mean`: a chain's mean of `parameter` (rank-normalised) lies more than 5
       Monte Carlo standard errors from the other chains' (`value`, signed); judged
-      only where the bulk ESS does not warn, one per chain for its worst parameter.
+      only where the bulk ESS does not warn, one per chain for its worst parameter
+      (for `smc`, a chain's population mean and its error, with 16 particles or more).
     - `divergent`, `low_ebfmi`: a Hamiltonian sampler's transitions diverged after
       warm-up, or a chain's energy Bayesian fraction of missing information is low.
-    - `short_run` (`ensemble`): the post-warm-up sweeps are fewer than `threshold`
-      (50) autocorrelation times of `parameter` (emcee's rule); `value`: how many.
+    - `short_run` (`ensemble`, `smc`): the post-warm-up sweeps are fewer than
+      `threshold` (50) autocorrelation times of `parameter` (emcee's rule); `value`:
+      how many. For `smc`: over `threshold` (0.25) of the particles did not move after
+      warm-up; `value`: that share.
     - `pareto_k` (`importance`): the importance weights' Pareto k (`value`) is over
       `threshold` (0.7): the weighted estimates and the evidence are unreliable.
     - `importance_ess` (`importance`): the weights' effective sample size (`value`) is
@@ -168,10 +172,11 @@ class ParameterDiagnostics(BaseModel):
     r_hat: float | None
     autocorrelation_time: float | None = Field(
         None,
-        description="`ensemble` only (null otherwise, and where undefined): emcee's "
-        "integrated autocorrelation time, in sweeps of the ensemble (each walker's "
+        description="`ensemble` and `smc` only (null otherwise, and where undefined): "
+        "emcee's integrated autocorrelation time, in sweeps of the ensemble (each walker's "
         "steps), with the walkers averaged and Sokal's window (c = 5); also the "
-        "evaluations per effective draw.",
+        "evaluations per effective draw (of one walker). For `smc`, over the particles "
+        "that moved after warm-up.",
     )
 
 

@@ -48,9 +48,11 @@ below ``ess_fraction`` (it skipped stages), the chain is marked unfinished: the
 evaluations, ``N``, ends the tempering at iteration ``N``, after warm-up: the draws
 before are the reference's). After warm-up nothing adapts or resamples: every particle
 is an exact random-walk Metropolis chain for the target, with a fixed proposal, and the
-chain's draw at iteration ``t`` is particle ``t mod N``'s state after its move; the
-assessment reads the particles as ``ensemble``'s walkers (the record's
-``ensemble_size``).
+chain's draw at iteration ``t`` is particle ``t mod N``'s state after its move (the
+record's ``ensemble_size``). The assessment reads each chain's population as a whole
+(the record's ``population``, :mod:`core.population`): a particle need not mix on its
+own, and on separated modes never leaves the one it sits in, while the population
+carries each mode with its weight; R-hat compares the chains' populations.
 
 **The evidence** ``Z = ∫ exp(a + l)`` (the reference integrates to 1; in the likelihood
 mode the prior's normaliser times the marginal likelihood): each chain's estimate is the
@@ -115,6 +117,7 @@ __all__ = [
     "log_mean_exp",
     "make_params",
     "next_delta",
+    "population_inflation",
     "systematic_resample",
     "tell",
     "tell_parts",
@@ -657,6 +660,15 @@ def chain_floats(dim: int, params: Params) -> int:
     return 40 + 2 * n * (dim + 4) + 3 * dim * dim + 4 * dim
 
 
+def population_inflation(params: Params) -> float:
+    """``kappa`` of the assessment's population reading (:mod:`core.population`):
+    ``2 / ess_fraction``. Each stage resamples a population whose conditional effective
+    sample size is ``ess_fraction N``, and the stages compound; measured on separated
+    modes, the variance of a chain's share of a mode was 1.6 to 4.1 times that of ``N``
+    independent particles at the default 0.5."""
+    return 2.0 / params.ess_fraction
+
+
 #: The sampler as the registry (:data:`core.SAMPLERS`) knows it.
 SAMPLER: Sampler[State, Params] = Sampler(
     name=NAME,
@@ -674,4 +686,5 @@ SAMPLER: Sampler[State, Params] = Sampler(
     needs_parts=needs_parts,
     chain_evidence=evidence_of,
     ensemble_size=lambda params: params.particles,
+    population=population_inflation,
 )

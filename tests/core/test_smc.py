@@ -6,6 +6,7 @@ in both tempered modes."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from typing import Any
@@ -14,7 +15,7 @@ import numpy as np
 import pytest
 
 from kameleon.core import SAMPLERS
-from kameleon.core.assess import summaries_of
+from kameleon.core.assess import assess, summaries_of
 from kameleon.core.autocorr import by_walker
 from kameleon.core.base import Parts
 from kameleon.core.diagnostics import mcse_mean
@@ -285,6 +286,128 @@ def test_the_population_finds_both_modes_with_their_weights() -> None:
     shares = (draws[..., 0] > 0).mean(axis=1)
     assert np.all((shares > 0.3) & (shares < 0.95)), shares
     assert abs(float(shares.mean()) - 0.7) < 0.08, shares
+
+
+# --------------------------------------------------------------------------- diagnostics
+
+
+def _codes(assessment: Any) -> set[str]:
+    return {f.code for f in assessment.findings}
+
+
+def test_a_right_run_on_a_gaussian_warns_of_nothing() -> None:
+    """4 chains of 32 particles, 99 sweeps after warm-up: each population read as a whole,
+    R-hat 1 and no warning; each particle read as a chain (the reading before), R-hat
+    over particles warns (1.08 here) and so does emcee's 50 autocorrelation times. The
+    means within 4 of their reported MCSE of the truth."""
+    warmup = 600
+    results = sample_chains(
+        _gaussian,
+        2,
+        algorithm="smc",
+        chains=4,
+        warmup=warmup,
+        iterations=32 * 100,
+        seed=2,
+        warn=False,
+    )
+    params = SAMPLER.make_params(2, {}, warmup=warmup)
+    assessment = assess_results(SAMPLER, params, results, ["a", "b"], warmup)
+    assert _codes(assessment) == set(), assessment.findings
+    for s, truth in zip(assessment.summaries, (1.0, 1.0), strict=True):
+        assert s["r_hat"] <= 1.01 and abs(s["mean"] - truth) < 4 * s["mcse_mean"], s
+    per_particle = dataclasses.replace(SAMPLER, population=None)
+    assert {"rhat", "short_run"} <= _codes(
+        assess_results(per_particle, params, results, ["a", "b"], warmup)
+    )
+
+
+@pytest.fixture(scope="module")
+def bimodal_run() -> tuple[Any, Any, np.ndarray, np.ndarray]:
+    """8 chains of 64 particles on the separated mixture, 20 sweeps after warm-up."""
+    warmup = 1500
+    options = {"particles": 64, "reference_sd": 4.0}
+    results = sample_chains(
+        _bimodal,
+        2,
+        algorithm="smc",
+        chains=8,
+        warmup=warmup,
+        iterations=64 * 21,
+        seed=5,
+        options=options,
+        warn=False,
+    )
+    params = SAMPLER.make_params(2, options, warmup=warmup)
+    draws = np.stack([r.draws[warmup:] for r in results])
+    log_density = np.stack([r.logdensity[warmup:] for r in results])
+    return results, params, draws, log_density
+
+
+def _judge(params: Any, draws: np.ndarray, log_density: np.ndarray) -> Any:
+    return assess(
+        SAMPLER, params, draws, ["a", "b"], acceptance=None, log_density=log_density, stats={}
+    )
+
+
+def test_a_right_run_on_separated_modes_does_not_warn_rhat(bimodal_run: Any) -> None:
+    """Particles in both modes, each staying in its own: no ``rhat``, ``short_run``,
+    ``chain_mean`` or ``stuck`` (each particle read as a chain, R-hat over particles is
+    above 2). The ESS is honest: the mean of ``a`` (2.4) within 4 reported MCSEs, and the
+    MCSE at least that of 512 independent particles' share of the heavier mode,
+    ``12 sqrt(0.21 / 512)``: resampled particles are worth fewer. The bulk ESS (about 180)
+    warns, as it should: on separated modes the share is what the populations drew."""
+    results, params, _, _ = bimodal_run
+    assessment = assess_results(SAMPLER, params, results, ["a", "b"], 1500)
+    assert not _codes(assessment) & {"rhat", "short_run", "chain_mean", "stuck"}, assessment
+    a = assessment.summaries[0]
+    assert a["r_hat"] <= 1.01, a
+    assert abs(a["mean"] - 2.4) < 4 * a["mcse_mean"], a
+    assert a["mcse_mean"] >= 12 * math.sqrt(0.21 / 512), a
+    per_particle = dataclasses.replace(SAMPLER, population=None)
+    old = assess_results(per_particle, params, results, ["a", "b"], 1500)
+    assert "rhat" in _codes(old) and old.summaries[0]["r_hat"] > 2, old.summaries
+
+
+def test_a_chain_whose_population_collapsed_into_one_mode_warns(bimodal_run: Any) -> None:
+    """Chain 0's particles in the heavier mode mirrored into the lighter: its population
+    holds one mode (a share of 0 against about 0.7). ``chain_mean`` names it (z about
+    -10) and R-hat over the chains passes 1.01."""
+    _, params, draws, log_density = bimodal_run
+    wrong = draws.copy()
+    heavy = wrong[0, :, 0] > 0
+    wrong[0, heavy] = -wrong[0, heavy]
+    assessment = _judge(params, wrong, log_density)
+    named = {f.chain for f in assessment.findings if f.code == "chain_mean"}
+    assert named == {0}, assessment.findings
+    assert "rhat" in _codes(assessment)
+
+
+def test_chains_whose_populations_sit_in_different_modes_warn(bimodal_run: Any) -> None:
+    """Chains 0 to 3 with every particle in the lighter mode, 4 to 7 in the heavier:
+    each population agrees with itself, the chains do not. R-hat over the chains far
+    above 1.01, ``chain_mean`` for every chain."""
+    _, params, draws, log_density = bimodal_run
+    wrong = np.abs(draws)
+    wrong[:4] = -wrong[:4]
+    assessment = _judge(params, wrong, log_density)
+    assert all(s["r_hat"] > 1.2 for s in assessment.summaries), assessment.summaries
+    named = {f.chain for f in assessment.findings if f.code == "chain_mean"}
+    assert named == set(range(8)), assessment.findings
+
+
+def test_a_run_too_short_for_the_particles_to_move_warns(bimodal_run: Any) -> None:
+    """The first 5 sweeps after warm-up, half the particles of each chain held at their
+    first draw: ``short_run``."""
+    _, params, draws, log_density = bimodal_run
+    walkers = by_walker(draws, 64, 1501)[:, :5].copy()
+    walkers[:, :, :32] = walkers[:, :1, :32]
+    short = walkers.reshape(8, 5 * 64, 2)
+    # Whole sweeps begin at iteration 1536, the 36th draw after warm-up.
+    padded = np.concatenate([draws[:, :35], short], axis=1)
+    assert by_walker(padded, 64, 1501).shape == (8, 5, 64, 2)
+    assessment = _judge(params, padded, log_density[:, : padded.shape[1]])
+    assert "short_run" in _codes(assessment), assessment.findings
 
 
 def _evidence_run(fn: Any, options: dict[str, Any], seed: int) -> tuple[Any, list[float]]:

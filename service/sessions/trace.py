@@ -6,10 +6,12 @@ never read (:meth:`Store.read_draws_strided`).
 
 A sampler whose chain is an ensemble of walkers recorded in turn (``ensemble``,
 ``smc``'s particles: :attr:`core.base.Sampler.ensemble_size`) has its running R-hat and
-ESS computed as its diagnostics are (:mod:`core.assess`): each walker's whole sweeps
-as a chain of its own, from the first sweep of moves after warm-up, read walker by
-walker with a stride of a power of two sweeps; read interleaved, as one chain, the
-walkers' draws would hide the correlation of each walker's and overstate the ESS.
+ESS computed as its diagnostics are (:mod:`core.assess`), on each walker's whole sweeps
+from the first sweep of moves after warm-up, read walker by walker with a stride of a
+power of two sweeps: each walker as a chain of its own (``ensemble``), or each chain's
+population as a whole (``smc``, :mod:`core.population`). Read interleaved, as one
+chain, the walkers' draws would hide the correlation of each walker's and overstate
+the ESS.
 """
 
 from __future__ import annotations
@@ -19,13 +21,15 @@ import dataclasses
 import hashlib
 import math
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from kameleon.core.base import FloatArray
 from kameleon.core.diagnostics import MIN_DRAWS, ess_bulk, rhat
+from kameleon.core.population import population_summaries
 from kameleon.service.sessions.chains import LRU
 from kameleon.service.sessions.draws import RowLayout, Rows
 from kameleon.service.sessions.meta import SessionMeta
@@ -125,6 +129,7 @@ async def read_trace(
         query.params,
         grid,
         cache if cache is not None else RunningCache(1),
+        _statistic(meta, w),
     )
     # A walker's checkpoint names the last iteration of its sweep.
     running["iterations"] = [i + w - 1 for i in running["iterations"]]
@@ -170,8 +175,34 @@ class _Grid:
     checkpoints: int
 
 
+Statistic = Callable[[FloatArray], tuple[float, float]]
+
+
+def _statistic(meta: SessionMeta, w: int) -> Statistic:
+    """R-hat and bulk ESS of one parameter's kept draws, ``(chains, draws)``, as the
+    session's diagnostics compute them: of chains, or of ``w`` walkers per chain (rows
+    chain by chain), or of a population per chain, read as a whole
+    (:mod:`core.population`)."""
+    population = meta.sampler.population
+    if w > 1 and population is not None:
+        kappa = population(meta.params)
+
+        def of_population(chains: FloatArray) -> tuple[float, float]:
+            c = chains.shape[0] // w
+            walkers = chains.reshape(c, w, -1).transpose(0, 2, 1)[..., None]
+            (summary,) = population_summaries(walkers, ["x"], kappa)
+            return summary["r_hat"], summary["ess_bulk"]
+
+        return of_population
+    return lambda chains: (rhat(chains), ess_bulk(chains))
+
+
 def _running(
-    kept: Sequence[Rows], params: Sequence[int], grid: _Grid, cache: RunningCache
+    kept: Sequence[Rows],
+    params: Sequence[int],
+    grid: _Grid,
+    cache: RunningCache,
+    statistic: Statistic,
 ) -> dict[str, Any]:
     """R-hat and bulk ESS of the kept post-warm-up draws (the chains cut to a common
     length) at every multiple of a power-of-two number of them, at most ``checkpoints``
@@ -199,7 +230,8 @@ def _running(
                 chains = np.stack(
                     [rows[first : first + n, RowLayout.POSITION + param] for rows in kept]
                 )
-                known = (_finite(rhat(chains)), _finite(ess_bulk(chains)))
+                value_r, value_e = statistic(chains)
+                known = (_finite(value_r), _finite(value_e))
                 cache.put(key, known)
             rows_r.append(known[0])
             rows_e.append(known[1])

@@ -139,3 +139,10 @@ def test_chains_whose_populations_disagree_warn(client: TestClient) -> None:
     assert all(p["r_hat"] > 1.2 for p in doc["parameters"]), doc["parameters"]
     named = {w["chain"] for w in doc["warnings"] if w["code"] == "chain_mean"}
     assert "rhat" in {w["code"] for w in doc["warnings"]} and named, doc["warnings"]
+    # The trace reads the populations as the diagnostics do: at the current length,
+    # unthinned (8 sweeps under the 500 points), the same R-hat and bulk ESS.
+    running = client.get(f"/v1/sessions/{sid}/trace").json()["running"]
+    assert running["iterations"] and all((i + 1) % N == 0 for i in running["iterations"])
+    for k, parameter in enumerate(doc["parameters"]):
+        assert abs(running["r_hat"][-1][k] - parameter["r_hat"]) < 1e-9
+        assert abs(running["ess_bulk"][-1][k] / parameter["ess_bulk"] - 1) < 1e-9

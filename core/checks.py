@@ -204,8 +204,12 @@ HINTS: dict[str, str] = {
     "nonfinite": "check that the log density is finite wherever it is not -inf",
     "rhat": "run longer (more warm-up and iterations); if it persists, the chains may be "
     "in different modes: look at them one by one",
-    "ess_bulk": "run more iterations, or try another algorithm (a kernel sampler on a bent target)",
-    "ess_tail": "run more iterations, or try another algorithm (a kernel sampler on a bent target)",
+    "ess_bulk": "run more iterations, or try another algorithm (a kernel sampler on a bent "
+    "target); smc: more particles or chains (on separated modes its ESS does not grow with "
+    "the run)",
+    "ess_tail": "run more iterations, or try another algorithm (a kernel sampler on a bent "
+    "target); smc: more particles or chains (on separated modes its ESS does not grow with "
+    "the run)",
     "acceptance_low": "run a longer warm-up so that the step size adapts, or start "
     "closer to the mode",
     "acceptance_high": "run a longer warm-up so that the step size adapts",

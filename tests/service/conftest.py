@@ -26,7 +26,11 @@ ProblemCheck = Callable[[httpx.Response, int], dict[str, Any]]
 def _redis_store(url: str, prefix: str) -> Store:
     from kameleon.service.store.redis_store import RedisStore
 
-    return RedisStore.from_url(url, prefix=prefix, ttl_seconds=3600)
+    # The tests of the service's behaviour wait longer for Redis than the default 2 s:
+    # the server is shared with whatever else runs on the machine, and a busy moment
+    # would answer 503 (correctly, and retry-safe) where these tests expect an answer.
+    # The tests of timeouts and faults make stores of their own (test_redis_faults.py).
+    return RedisStore.from_url(url, prefix=prefix, ttl_seconds=3600, timeout=10.0)
 
 
 def _store(request: pytest.FixtureRequest, kind: str) -> Store:

@@ -296,3 +296,32 @@ def test_replay_through_the_codec_at_every_evaluation_is_bit_for_bit() -> None:
         value, gradient = f(again.position)
         state, _ = hmc.tell_gradient(state, params, again, value, gradient)
     assert encode(state) == encode(direct)
+
+
+def test_a_small_step_accepting_almost_always_is_not_a_warning() -> None:
+    """``hmc``'s acceptance is not judged (as ``nuts``'s is not): a step size that
+    accepts nearly every trajectory is inefficient, not wrong, and the step size kept
+    after warm-up accepts 0.89 to 0.94 on Gaussians. The same acceptance from ``rwm``
+    (a fixed step of 0.01 on a unit Gaussian) still warns."""
+    from kameleon.core import SAMPLERS
+    from kameleon.core.run import assess_results, sample_chains
+
+    def normal(x: np.ndarray) -> tuple[float, np.ndarray]:
+        return -0.5 * float(x @ x), -x
+
+    for algorithm, options in (
+        ("hmc", {"step_size": 0.05, "adapt_step_size": False}),
+        ("rwm", {"scale": 0.01, "adapt_scale": False}),
+    ):
+        evaluate: Any = normal if algorithm == "hmc" else (lambda x: normal(x)[0])
+        results = sample_chains(
+            evaluate, 2, algorithm=algorithm, chains=2, iterations=300, warmup=100,
+            seed=2, options=options, warn=False,
+        )  # fmt: skip
+        assert min(r.accepted[100:].mean() for r in results) > 0.95
+        params = SAMPLERS[algorithm].make_params(2, options, warmup=100)
+        codes = {
+            f.code
+            for f in assess_results(SAMPLERS[algorithm], params, results, ["a", "b"], 100).findings
+        }
+        assert ("acceptance_high" in codes) == (algorithm == "rwm"), (algorithm, codes)

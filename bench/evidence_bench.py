@@ -457,9 +457,9 @@ def run(sampler: str, target: Target, seed: int) -> dict[str, Any] | None:
 
 def table(results: list[dict[str, Any]]) -> str:
     lines = [
-        "| target | sampler | log Z error | error / reported se | evaluations | mode share "
-        "| modes found | warnings |",
-        "|---|---|---|---|---|---|---|---|",
+        "| target | sampler | log Z error | error / reported se | evaluations | calls outside "
+        "| mode share | modes found | warnings |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
 
     def cell(values: list[float], fmt: str) -> str:
@@ -486,9 +486,11 @@ def table(results: list[dict[str, Any]]) -> str:
                 codes = [",".join(r["warnings"]) or "none" for r, _ in rows]
                 warned = codes[0] + " (every seed)" if len(set(codes)) == 1 else "; ".join(codes)
             evaluations = statistics.median(r["evaluations"] for r, _ in rows)
+            outside = [r["outside"] for r, _ in rows if "outside" in r]
+            calls = f"{statistics.median(outside):.0f}" if outside else ""
             lines.append(
                 f"| {name} | {sampler} | {cell(errors, '+.3f')} | {cell(z, '+.1f')} | "
-                f"{evaluations:.0f} | {share} | {found} | {warned} |"
+                f"{evaluations:.0f} | {calls} | {share} | {found} | {warned} |"
             )
     return "\n".join(lines)
 

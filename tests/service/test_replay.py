@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import io
+import json
 import math
 from collections.abc import Callable
 from typing import Any
@@ -82,11 +83,16 @@ def _json(value: float) -> float | None:
     return None if value == -math.inf else value
 
 
-@functools.cache
 def in_process(algorithm: str, short: bool = False) -> np.ndarray:
-    """The in-process draws (with ``SHORT_TRAJECTORIES`` if ``short``), computed once per
-    test process (several tests compare with them) and read-only, so that no test can
+    """The in-process draws with the options of ``OPTIONS`` now (and
+    ``SHORT_TRAJECTORIES`` if ``short``): computed once per algorithm and options in a
+    test process (several tests compare with them), and read-only, so that no test can
     change another's."""
+    return _in_process(algorithm, json.dumps(_options(algorithm, short), sort_keys=True))
+
+
+@functools.cache
+def _in_process(algorithm: str, options: str) -> np.ndarray:
     with threadpool_limits(limits=2, user_api="blas"):  # run_chain must not care
         draws = sample(
             _evaluate(algorithm),
@@ -96,7 +102,7 @@ def in_process(algorithm: str, short: bool = False) -> np.ndarray:
             warmup=WARMUP,
             iterations=ITERATIONS,
             seed=SEED,
-            options=_options(algorithm, short),
+            options=json.loads(options),
             warn=False,
         )
     draws.setflags(write=False)

@@ -11,7 +11,9 @@ processes are started with two.
 
 from __future__ import annotations
 
+import functools
 import io
+import json
 import math
 from collections.abc import Callable
 from typing import Any
@@ -52,6 +54,20 @@ def gradient(x: Any) -> list[float]:
 #: Options an algorithm cannot go without: sgld is told a model of one datum whose log
 #: prior is ``logdensity`` (and its log likelihood 0), so its told value is the target's.
 OPTIONS: dict[str, dict[str, Any]] = {"sgld": {"data_size": 1}}
+#: Shorter trajectories for the two service processes, whose every request is one leapfrog
+#: point over HTTP: at their defaults hmc's 16 steps and nuts's trees take half of that
+#: test's requests. Every kind of evaluation (initial point, gradient check, leapfrog
+#: point, a trajectory's end, a tree's doubling) still goes from one process to the
+#: other; the other tests replay the defaults through both stores.
+SHORT_TRAJECTORIES: dict[str, dict[str, Any]] = {
+    "hmc": {"num_steps": 4},
+    "nuts": {"max_tree_depth": 3},
+}
+
+
+def _options(algorithm: str, short: bool) -> dict[str, Any]:
+    extra = SHORT_TRAJECTORIES.get(algorithm, {}) if short else {}
+    return {**OPTIONS.get(algorithm, {}), **extra}
 
 
 def _evaluate(algorithm: str) -> Callable[..., Any]:
@@ -67,9 +83,18 @@ def _json(value: float) -> float | None:
     return None if value == -math.inf else value
 
 
-def in_process(algorithm: str) -> np.ndarray:
+def in_process(algorithm: str, short: bool = False) -> np.ndarray:
+    """The in-process draws with the options of ``OPTIONS`` now (and
+    ``SHORT_TRAJECTORIES`` if ``short``): computed once per algorithm and options in a
+    test process (several tests compare with them), and read-only, so that no test can
+    change another's."""
+    return _in_process(algorithm, json.dumps(_options(algorithm, short), sort_keys=True))
+
+
+@functools.cache
+def _in_process(algorithm: str, options: str) -> np.ndarray:
     with threadpool_limits(limits=2, user_api="blas"):  # run_chain must not care
-        return sample(
+        draws = sample(
             _evaluate(algorithm),
             DIM,
             algorithm=algorithm,
@@ -77,9 +102,11 @@ def in_process(algorithm: str) -> np.ndarray:
             warmup=WARMUP,
             iterations=ITERATIONS,
             seed=SEED,
-            options=OPTIONS.get(algorithm),
+            options=json.loads(options),
             warn=False,
         )
+    draws.setflags(write=False)
+    return draws
 
 
 def _result(p: dict[str, Any]) -> dict[str, Any]:
@@ -96,7 +123,9 @@ def _result(p: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def served(posts: list[Post], get: Callable[[str], httpx.Response], algorithm: str) -> np.ndarray:
+def served(
+    posts: list[Post], get: Callable[[str], httpx.Response], algorithm: str, short: bool = False
+) -> np.ndarray:
     """Drive a session through ``posts`` in turn (one request each) and read its draws."""
     body = {
         "algorithm": algorithm,
@@ -105,7 +134,7 @@ def served(posts: list[Post], get: Callable[[str], httpx.Response], algorithm: s
         "seed": SEED,
         "warmup": WARMUP,
         "max_iterations": WARMUP + ITERATIONS,
-        "options": OPTIONS.get(algorithm, {}),
+        "options": _options(algorithm, short),
     }
     sid = posts[0]("/v1/sessions", body)["id"]
     answer = posts[1 % len(posts)](f"/v1/sessions/{sid}/ask", {"max": CHAINS})
@@ -192,8 +221,9 @@ def test_two_service_processes_taking_turns_give_the_in_process_draws(
         httpx.Client(base_url=b, timeout=60) as client_b,
     ):
         for algorithm in sorted(SAMPLERS):
-            draws = served([_poster(client_a), _poster(client_b)], client_a.get, algorithm)
-            assert draws.tobytes() == in_process(algorithm).tobytes(), algorithm
+            posts = [_poster(client_a), _poster(client_b)]
+            draws = served(posts, client_a.get, algorithm, short=True)
+            assert draws.tobytes() == in_process(algorithm, short=True).tobytes(), algorithm
 
 
 @pytest.mark.parametrize("algorithm", ["rwm", "am"])

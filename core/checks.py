@@ -227,7 +227,8 @@ HINTS: dict[str, str] = {
     "unseen_modes": "run many more chains started across the prior (initial_radius), so that "
     "every mode is found by several",
     "swap_rate_low": "give the ladder more temperatures, or a longer warm-up so that it adapts",
-    "evidence_unreliable": "run at least 4 chains, longer, or with more temperatures",
+    "evidence_unreliable": "run at least 4 chains, longer, or with more temperatures "
+    "(smc: more particles, or a reference that covers the prior)",
     "smc_unfinished": "run a longer warm-up, or fewer particles or moves per stage, so that "
     "the tempering reaches beta = 1 within it",
 }

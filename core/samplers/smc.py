@@ -104,6 +104,7 @@ from kameleon.core.tempered import (
 )
 
 __all__ = [
+    "COLLAPSE",
     "NAME",
     "SAMPLER",
     "Params",
@@ -124,6 +125,11 @@ __all__ = [
 ]
 
 NAME = "smc"
+
+#: A chain whose weights' effective sample size fell below this share of the one its
+#: stages keep (``ess_fraction`` of the particles) warns ``evidence_unreliable``; the
+#: stages' bisection keeps it (to its precision) unless the step is forced.
+COLLAPSE = 0.5
 
 #: Bisection steps for the next inverse temperature: the increment to ``2^-60`` of
 #: what is left.
@@ -215,7 +221,10 @@ class State(ChainState):
     log_evidence
         The sum of the ended stages' ``log sum W w``.
     min_ess
-        The smallest conditional effective sample size (in particles) a stage ended with.
+        The smallest effective sample size (in particles) of the population's weights:
+        a stage's conditional one, or the starting weights' (``prior / reference`` in
+        the likelihood mode; ``N`` in the reference mode, whose particles are exact
+        draws).
     unfinished
         Whether warm-up ended before the tempering reached ``beta = 1``.
     log_scale, factor
@@ -519,13 +528,15 @@ def _end_stage(state: State, params: Params, t: int, *, force: bool) -> State:
             delta = left if force else next_delta(weights, logliks, left, params.ess_fraction)
             if delta < left:
                 fraction = conditional_ess(weights, logliks, delta)
+            if state.stages == 0:  # the starting weights (uniform in the reference mode)
+                changes["min_ess"] = min(state.min_ess, 1.0 / float(np.add.reduce(weights**2)))
             new_lw = np.asarray(state.log_weights) + _increment(logliks, delta)
             start = log_mean_exp(state.log_weights) if state.stages == 0 else 0.0
             # log sum W w = log mean exp(lw + inc) - log mean exp(lw); the first stage
             # adds the starting weights' log mean exp (0 in the reference mode).
             increment = log_mean_exp(new_lw) - log_mean_exp(state.log_weights) + start
             changes["log_evidence"] = state.log_evidence + increment
-            changes["min_ess"] = min(state.min_ess, fraction * n)
+            changes["min_ess"] = min(changes.get("min_ess", state.min_ess), fraction * n)
         beta = 1.0 if delta >= left else state.beta + delta
         skipped = weights is None or conditional_ess(weights, logliks, left) < params.ess_fraction
         changes.update(beta=beta, stages=state.stages + 1, unfinished=force and skipped)
@@ -606,7 +617,10 @@ def chain_evidence(states: Sequence[State], params: Params) -> Evidence | None:
 def evidence_findings(states: Sequence[State], params: Params) -> list[Finding]:
     """The warnings: ``smc_unfinished`` (a chain's warm-up ended before its tempering
     reached ``beta = 1``, which was then forced: its draws and its evidence are
-    unreliable) and ``evidence_unreliable`` (fewer than 4 chains reached 1)."""
+    unreliable) and ``evidence_unreliable`` (fewer than 4 chains reached 1, or a chain's
+    weights fell below :data:`COLLAPSE` of the effective sample size its stages keep,
+    ``ess_fraction N``: in the likelihood mode, starting weights ``prior / reference``
+    dominated by a few particles, a reference that does not cover the prior well)."""
     found: list[Finding] = []
     told = [s for s in states if s.logdensity is not None and s.iteration >= params.particles]
     unfinished = [s.chain for s in told if s.unfinished]
@@ -625,6 +639,29 @@ def evidence_findings(states: Sequence[State], params: Params) -> list[Finding]:
         )
     ev = chain_evidence(states, params)
     done = [s for s in states if not math.isnan(log_evidence(s))]
+    planned = params.ess_fraction * params.particles
+    collapsed = [s for s in done if s.min_ess < COLLAPSE * planned and not s.unfinished]
+    if collapsed:
+        worst = min(collapsed, key=lambda s: s.min_ess)
+        found.append(
+            Finding(
+                "evidence_unreliable",
+                None,
+                worst.chain if len(collapsed) == 1 else None,
+                float(worst.min_ess),
+                COLLAPSE * planned,
+                f"{len(collapsed)} of {len(done)} chains' weights fell to an effective "
+                f"sample size of {worst.min_ess:.0f} particles at worst, under "
+                f"{COLLAPSE * planned:.0f} (the stages keep {planned:.0f}): the evidence "
+                "rests on a few particles, and its error bar does not show it"
+                + (
+                    " (in the likelihood mode, a reference that covers the prior better: "
+                    "reference_mean and reference_sd)"
+                    if params.tempered == "likelihood"
+                    else ""
+                ),
+            )
+        )
     if ev is not None and len(done) < MIN_CHAINS_FOR_ERROR:
         found.append(
             Finding(

@@ -456,6 +456,20 @@ def test_the_log_evidence_is_right_within_its_standard_error(
 
 
 @pytest.mark.slow
+def test_starting_weights_on_a_few_particles_warn() -> None:
+    """In the likelihood mode the particles start from the reference, weighted by
+    ``prior / reference``. A reference of sd 0.7 under a prior of sd 3 leaves those
+    weights on a few particles (an effective sample size far under the 32 of 64 that the
+    stages keep), and the evidence rests on them: ``evidence_unreliable``, naming the
+    reference. The same run with a reference of sd 3 does not warn (the test above)."""
+    options = {"particles": 64, "tempered": "likelihood", "reference_sd": 0.7}
+    assessment, _ = _evidence_run(_prior_and_likelihood, options, seed=4)
+    found = [f for f in assessment.findings if f.code == "evidence_unreliable"]
+    assert found and found[0].value < found[0].threshold == 16, assessment.findings
+    assert "reference_sd" in found[0].message
+
+
+@pytest.mark.slow
 def test_particles_outside_the_support_weigh_nothing() -> None:
     """A standard Gaussian on the half-plane ``x_0 > 0`` (normalised on the plane, so
     ``Z = 1/2``), told as one log density: the reference's particles in the other half

@@ -99,6 +99,7 @@ __all__ = [
     "Finding",
     "SamplingWarning",
     "StopRule",
+    "chain_mean_findings",
     "check",
     "group",
     "grouped_lines",
@@ -555,12 +556,27 @@ def _stuck(values: FloatArray) -> list[Finding]:
 
 
 def _chain_means(values: FloatArray, names: Sequence[str], judged: list[int]) -> list[Finding]:
-    m = values.shape[0]
-    if m < 2 or not judged:
+    if values.shape[0] < 2 or not judged:
         return []
     z = np.stack([chain_mean_z(values[:, :, k]) for k in judged], axis=1)
+    return chain_mean_findings(z, names, judged)
+
+
+def chain_mean_findings(
+    z: FloatArray,
+    names: Sequence[str],
+    judged: Sequence[int],
+    *,
+    what: str = "mean",
+    errors: str = "Monte Carlo standard errors",
+    why: str = "",
+) -> list[Finding]:
+    """``chain_mean``: for each chain (a row of ``z``, ``(chains, len(judged))``, each
+    chain's mean of each judged parameter in standard errors from the other chains'),
+    its worst parameter when over :data:`CHAIN_Z_MAX`; ``what`` names the chain's
+    statistic, ``errors`` the errors' kind, ``why`` a sentence after the message."""
     found = []
-    for c in range(m):
+    for c in range(z.shape[0]):
         row = np.where(np.isnan(z[c]), 0.0, np.abs(z[c]))
         j = int(np.argmax(row))
         if row[j] > CHAIN_Z_MAX:
@@ -573,8 +589,9 @@ def _chain_means(values: FloatArray, names: Sequence[str], judged: list[int]) ->
                     c,
                     value,
                     CHAIN_Z_MAX,
-                    f"chain {c}'s mean of {names[k]} lies {abs(value):.3g} Monte Carlo "
-                    f"standard errors {side} the other chains' (over {CHAIN_Z_MAX:g}).",
+                    f"chain {c}'s {what} of {names[k]} lies {abs(value):.3g} {errors} "
+                    f"{side} the other chains' (over {CHAIN_Z_MAX:g})"
+                    + (f": {why}" if why else "."),
                 )
             )
     return found

@@ -117,7 +117,7 @@ import scipy.stats
 
 from kameleon.core.autocorr import integrated_time
 from kameleon.core.base import FloatArray
-from kameleon.core.checks import CHAIN_Z_MAX, Finding
+from kameleon.core.checks import Finding, chain_mean_findings
 from kameleon.core.diagnostics import ParameterSummary
 
 __all__ = [
@@ -300,26 +300,14 @@ def population_findings(
     if m < 2 or n < MIN_CHAIN_PARTICLES or not judged:
         return []
     z = np.stack([Population.of(_scores(x[..., k]), kappa).z() for k in judged], axis=1)
-    found = []
-    for c in range(m):
-        row = np.where(np.isnan(z[c]), 0.0, np.abs(z[c]))
-        j = int(np.argmax(row))
-        if row[j] > CHAIN_Z_MAX:
-            k, value = judged[j], float(z[c, j])
-            side = "above" if value > 0 else "below"
-            found.append(
-                Finding(
-                    "chain_mean",
-                    names[k],
-                    c,
-                    value,
-                    CHAIN_Z_MAX,
-                    f"chain {c}'s population mean of {names[k]} lies {abs(value):.3g} "
-                    f"standard errors {side} the other chains' (over {CHAIN_Z_MAX:g}): "
-                    "its population found another mixture of the modes, or collapsed.",
-                )
-            )
-    return found
+    return chain_mean_findings(
+        z,
+        names,
+        judged,
+        what="population mean",
+        errors="standard errors",
+        why="its population found another mixture of the modes, or collapsed.",
+    )
 
 
 def population_times(walkers: npt.ArrayLike) -> list[float]:

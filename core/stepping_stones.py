@@ -29,6 +29,7 @@ __all__ = [
     "chain_evidence",
     "evidence_findings",
     "evidence_of",
+    "few_chains",
     "log_evidence",
 ]
 
@@ -41,6 +42,21 @@ MIN_CHAINS_FOR_ERROR = 4
 #: A stepping stone whose weights' effective sample size (over every chain) is below
 #: this warns (``evidence_unreliable``).
 MIN_STONE_ESS = 100.0
+
+
+def few_chains(chains: int) -> Finding:
+    """``evidence_unreliable`` for an evidence whose standard error is the spread of
+    ``chains`` chains' estimates, fewer than :data:`MIN_CHAINS_FOR_ERROR` (``tempering``,
+    ``smc``)."""
+    return Finding(
+        "evidence_unreliable",
+        None,
+        None,
+        float(chains),
+        float(MIN_CHAINS_FOR_ERROR),
+        f"the evidence's standard error is the spread of {chains} chains' estimates, under "
+        f"{MIN_CHAINS_FOR_ERROR}: it is " + ("missing" if chains == 1 else "a rough guess"),
+    )
 
 
 def log_evidence(state: Any, params: Any) -> tuple[float, int]:
@@ -109,18 +125,7 @@ def evidence_findings(states: Sequence[Any], params: Any) -> list[Finding]:
     ev = chain_evidence(states, params)
     if ev is not None:
         if len(post) < MIN_CHAINS_FOR_ERROR:
-            found.append(
-                Finding(
-                    "evidence_unreliable",
-                    None,
-                    None,
-                    float(len(post)),
-                    float(MIN_CHAINS_FOR_ERROR),
-                    f"the evidence's standard error is the spread of {len(post)} chains' "
-                    f"estimates, under {MIN_CHAINS_FOR_ERROR}: it is "
-                    + ("missing" if len(post) == 1 else "a rough guess"),
-                )
-            )
+            found.append(few_chains(len(post)))
         elif ev.ess < MIN_STONE_ESS:
             found.append(
                 Finding(

@@ -94,7 +94,7 @@ from kameleon.core.evidence import Evidence
 from kameleon.core.linalg import jittered_cholesky
 from kameleon.core.rng import Stream, generator
 from kameleon.core.serialization import register
-from kameleon.core.stepping_stones import MIN_CHAINS_FOR_ERROR
+from kameleon.core.stepping_stones import MIN_CHAINS_FOR_ERROR, few_chains
 from kameleon.core.tempered import (
     log_reference,
     parts_value,
@@ -663,18 +663,7 @@ def evidence_findings(states: Sequence[State], params: Params) -> list[Finding]:
             )
         )
     if ev is not None and len(done) < MIN_CHAINS_FOR_ERROR:
-        found.append(
-            Finding(
-                "evidence_unreliable",
-                None,
-                None,
-                float(len(done)),
-                float(MIN_CHAINS_FOR_ERROR),
-                f"the evidence's standard error is the spread of {len(done)} chains' "
-                f"estimates, under {MIN_CHAINS_FOR_ERROR}: it is "
-                + ("missing" if len(done) == 1 else "a rough guess"),
-            )
-        )
+        found.append(few_chains(len(done)))
     return found
 
 

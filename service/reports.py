@@ -197,12 +197,14 @@ class Evidence(BaseModel):
         description="log of the mean weight: the log of the density's normalising "
         "constant (the log evidence when the density is prior times likelihood); null "
         "when every weight is zero. `tempering`: the mean of the chains' stepping-stone "
-        "estimates; `smc`: the mean of the chains' estimates from their stages."
+        "estimates of log Z; `smc`: the log of the mean of the chains' estimates of Z from "
+        "their stages."
     )
     standard_error: float | None = Field(
         description="Its standard error, sd(w) / (sqrt(n) mean(w)): trusted only while "
-        "pareto_k is at most 0.7. `tempering`, `smc`: the chains' estimates' sd over "
-        "sqrt(chains); null with one chain."
+        "pareto_k is at most 0.7. `tempering`: the chains' estimates' sd over "
+        "sqrt(chains); `smc`: the sd of Z_c / mean(Z) over sqrt(chains) (the delta "
+        "method); null with one chain."
     )
     ess: float | None = Field(
         description="The weights' effective sample size (Kish); `tempering`: the smallest "

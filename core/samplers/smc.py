@@ -27,7 +27,8 @@ iteration ``t`` moving particle ``t mod N``, so that a stage is ``N * moves``
 transitions. The proposal is Gaussian with covariance
 ``lambda (2.38^2 / d) (Sigma + nugget I)``, ``Sigma`` the weighted covariance of the
 population when the stage began and ``log lambda`` moved by
-``2 (acceptance - target_acceptance)`` of the stage before (both fixed within a stage).
+``2 (acceptance - target_acceptance)`` of the stage before, or further down when that
+acceptance collapsed (:func:`scale_step`; both fixed within a stage).
 The stage ends inside the ``tell`` of its last move (no evaluation): the next
 ``beta' = beta + delta`` is chosen by bisection so that the conditional effective sample
 size of the incremental weights ``w_i = exp(delta l_i)``,
@@ -58,9 +59,15 @@ carries each mode with its weight; R-hat compares the chains' populations.
 mode the prior's normaliser times the marginal likelihood): each chain's estimate is the
 sum of its stages' ``log sum W w`` (in the likelihood mode with the starting weights'
 ``log mean w``), the log of an estimate of ``Z`` that is unbiased for fixed
-temperatures (the adaptive ones, chosen from the same particles, add a small bias). :func:`chain_evidence` averages
-the chains' ``log Z`` and takes their spread for the standard error, as ``tempering``
-does; the estimate of ``log Z`` is biased low by about half its variance per chain.
+temperatures (the adaptive ones, chosen from the same particles, add a small bias).
+:func:`chain_evidence` takes the log of the mean of the chains' ``Z``, and its standard
+error by the delta method. The mean of the chains' ``log Z`` would be biased low by about
+half a chain's variance of ``log Z``; the log of their mean is biased low by
+``1 / chains`` of it. A chain's variance of ``log Z`` is small when its moves mix the
+population well at every stage, and grows fast when they do not (a population whose
+covariance spans separated modes, too few moves for the dimension): chains whose
+estimates disagree so much that a few of them carry the mean warn
+``evidence_unreliable`` (:func:`chains_ess`, :data:`CHAINS_SHARE`).
 """
 
 from __future__ import annotations
@@ -104,6 +111,7 @@ from kameleon.core.tempered import (
 )
 
 __all__ = [
+    "CHAINS_SHARE",
     "COLLAPSE",
     "NAME",
     "SAMPLER",
@@ -112,6 +120,7 @@ __all__ = [
     "ask",
     "chain_evidence",
     "chain_floats",
+    "chains_ess",
     "conditional_ess",
     "evidence_findings",
     "init",
@@ -119,6 +128,7 @@ __all__ = [
     "make_params",
     "next_delta",
     "population_inflation",
+    "scale_step",
     "systematic_resample",
     "tell",
     "tell_parts",
@@ -130,6 +140,12 @@ NAME = "smc"
 #: stages keep (``ess_fraction`` of the particles) warns ``evidence_unreliable``; the
 #: stages' bisection keeps it (to its precision) unless the step is forced.
 COLLAPSE = 0.5
+
+#: The chains' estimates of ``Z`` disagree when fewer than this share of the chains
+#: carries their mean (:func:`chains_ess`): ``evidence_unreliable``. A chain's
+#: ``log Z`` whose standard deviation is ``sigma`` gives about ``exp(-sigma^2)`` of the
+#: chains, a half at ``sigma`` 0.83.
+CHAINS_SHARE = 0.5
 
 #: Bisection steps for the next inverse temperature: the increment to ``2^-60`` of
 #: what is left.
@@ -513,9 +529,8 @@ def _end_stage(state: State, params: Params, t: int, *, force: bool) -> State:
     if state.stage_moves:
         acc = state.stage_accept / state.stage_moves
         changes["stage_acceptance"] = acc
-        changes["log_scale"] = min(
-            20.0, max(-20.0, state.log_scale + 2.0 * (acc - params.target_acceptance))
-        )
+        step = scale_step(acc, params.target_acceptance, params.dim, state.stage_moves)
+        changes["log_scale"] = min(20.0, max(-20.0, state.log_scale + step))
     particles = np.asarray(state.particles)
     if state.beta < 1.0:
         left = 1.0 - state.beta
@@ -557,6 +572,26 @@ def _end_stage(state: State, params: Params, t: int, *, force: bool) -> State:
     return new
 
 
+def scale_step(acceptance: float, target: float, dim: int, moves: int) -> float:
+    """The change of the moves' ``log lambda`` after a stage whose ``moves`` moves
+    accepted ``acceptance`` on average: up, ``2 (acceptance - target)``; down, the
+    larger step of that and ``(2 / d) log(acceptance / target)`` (the acceptance floored
+    at one move of the stage).
+
+    A Gaussian random walk far wider than the region it samples accepts about the ratio
+    of the two volumes, ``lambda^(-d/2)`` up to a constant, so ``log lambda`` must move by
+    ``(2 / d) log(target / acceptance)`` to reach the target. The linear step alone
+    moves ``log lambda`` down by at most 0.5 a stage, which on well-separated modes (a
+    population's covariance spanning peaks a hundred times narrower) left the moves
+    accepting under 1 % through the whole tempering; near the target in higher
+    dimensions it is the larger, and is kept."""
+    linear = 2.0 * (acceptance - target)
+    if acceptance >= target:
+        return linear
+    floor = max(acceptance, 1.0 / max(moves, 1))
+    return min(linear, (2.0 / dim) * log1(floor / target))
+
+
 def _factor(
     particles: FloatArray, weights: FloatArray, params: Params, old: FloatArray
 ) -> FloatArray:
@@ -593,34 +628,59 @@ def log_evidence(state: State) -> float:
 
 
 def chain_evidence(states: Sequence[State], params: Params) -> Evidence | None:
-    """The log evidence of the chains that reached ``beta = 1``: the mean of their
-    estimates, its standard error their standard deviation over ``sqrt(chains)`` (NaN
-    with one chain); ``ess`` the smallest conditional effective sample size of a stage,
-    summed over the chains; ``pareto_k`` NaN; ``draws`` every chain's post-warm-up draws.
-    ``None`` before any chain's tempering reached 1."""
+    """The log evidence of the chains that reached ``beta = 1``: the log of the mean of
+    their estimates of ``Z`` (each unbiased for fixed temperatures, so their mean is too,
+    and its log is biased low by about ``1 / chains`` of a chain's variance of ``log Z``,
+    where the mean of the chains' ``log Z`` is biased low by half of it); its standard
+    error by the delta method, the standard deviation of ``Z_c / mean(Z)`` over
+    ``sqrt(chains)`` (NaN with one chain); ``ess`` the smallest conditional effective
+    sample size of a stage, summed over the chains; ``pareto_k`` NaN; ``draws`` every
+    chain's post-warm-up draws. ``None`` before any chain's tempering reached 1."""
     done = [s for s in states if not math.isnan(log_evidence(s))]
     if not done:
         return None
     values = np.array([s.log_evidence for s in done])
     draws = sum(max(0, s.iteration - params.warmup) for s in done)
-    finite = values[np.isfinite(values)]
-    mean = float(np.mean(values))
+    mean = log_mean_exp(values)
+    ratios = _evidence_ratios(values)
     se = (
-        float(np.std(values, ddof=1) / math.sqrt(values.size))
-        if values.size > 1 and finite.size == values.size
+        float(np.std(ratios, ddof=1) / math.sqrt(values.size))
+        if values.size > 1 and ratios is not None
         else math.nan
     )
     ess = float(sum(s.min_ess for s in done))
     return Evidence(mean, se, ess, math.nan, draws)
 
 
+def _evidence_ratios(log_z: FloatArray) -> FloatArray | None:
+    """``Z_c / mean(Z)`` of the chains' estimates (``None`` when every one is zero or
+    one is infinite)."""
+    top = float(np.max(log_z))
+    if not math.isfinite(top):
+        return None
+    z = arithmetic.exp(_below(np.asarray(log_z, dtype=np.float64), top))
+    out: FloatArray = z / float(np.mean(z))
+    return out
+
+
+def chains_ess(log_z: FloatArray) -> float:
+    """Kish's effective number of chains behind the mean of their estimates of ``Z``,
+    ``(sum Z_c)^2 / sum Z_c^2``: the chains' count when they agree, near 1 when one
+    chain's estimate dwarfs the others'."""
+    ratios = _evidence_ratios(log_z)
+    if ratios is None:
+        return math.nan
+    return float(np.sum(ratios)) ** 2 / float(np.sum(ratios * ratios))
+
+
 def evidence_findings(states: Sequence[State], params: Params) -> list[Finding]:
     """The warnings: ``smc_unfinished`` (a chain's warm-up ended before its tempering
     reached ``beta = 1``, which was then forced: its draws and its evidence are
-    unreliable) and ``evidence_unreliable`` (fewer than 4 chains reached 1, or a chain's
+    unreliable) and ``evidence_unreliable`` (fewer than 4 chains reached 1; a chain's
     weights fell below :data:`COLLAPSE` of the effective sample size its stages keep,
     ``ess_fraction N``: in the likelihood mode, starting weights ``prior / reference``
-    dominated by a few particles, a reference that does not cover the prior well)."""
+    dominated by a few particles, a reference that does not cover the prior well; or
+    fewer than :data:`CHAINS_SHARE` of the chains carry the mean of their ``Z``)."""
     found: list[Finding] = []
     told = [s for s in states if s.logdensity is not None and s.iteration >= params.particles]
     unfinished = [s.chain for s in told if s.unfinished]
@@ -664,6 +724,28 @@ def evidence_findings(states: Sequence[State], params: Params) -> list[Finding]:
         )
     if ev is not None and len(done) < MIN_CHAINS_FOR_ERROR:
         found.append(few_chains(len(done)))
+    elif ev is not None:
+        log_z = np.array([s.log_evidence for s in done])
+        carried = chains_ess(log_z)
+        if carried < CHAINS_SHARE * len(done):
+            spread = (
+                float(np.std(log_z[np.isfinite(log_z)], ddof=1))
+                if np.sum(np.isfinite(log_z)) > 1
+                else math.inf
+            )
+            found.append(
+                Finding(
+                    "evidence_unreliable",
+                    None,
+                    None,
+                    carried,
+                    CHAINS_SHARE * len(done),
+                    f"the chains' estimates of log Z spread by a standard deviation of "
+                    f"{spread:.2f}, so that {carried:.1f} of {len(done)} chains carry their "
+                    "mean: the evidence and its error bar rest on a few chains (more "
+                    "particles, more moves or a larger ess_fraction narrow the spread)",
+                )
+            )
     return found
 
 

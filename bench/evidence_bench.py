@@ -43,7 +43,7 @@ is chosen per target and sampler from a first seed's run, and stated in BENCHMAR
 ``smc`` and ``tempering`` are told prior and likelihood apart (``tempered:
 "likelihood"``); ``smc``'s particles start from the reference Gaussian
 ``N(centre, (half-width / 2)^2 I)`` of a box prior (the prior itself for the Gaussian
-prior), weighted by the prior. dynesty: ``NestedSampler`` with 1000 live points, its
+prior), bridged to the prior. dynesty: ``NestedSampler`` with 1000 live points, its
 default sampling and bounds, ``dlogz`` 0.1 (as the issue's review). pocoMC: ``Sampler``
 with its defaults, ``run()`` with its defaults. An evaluation is a call of the
 likelihood: a point outside the prior's support, told with the log prior alone, is not
@@ -289,8 +289,8 @@ TARGETS: dict[str, Callable[[], Target]] = {
 #: Kameleon's budget per sampler and target: chains, warm-up, draws and options. The
 #: rule: ``importance`` 16 chains, a warm-up of 2000 (4000 in 10-d, as PROTOCOL.md says)
 #: and a quarter of that in draws; ``smc`` 8 chains of 256 particles, the warm-up the
-#: length of the tempering measured on seed 1 plus about a quarter (so that every chain
-#: reaches beta = 1), one sweep of draws; ``tempering`` 8 chains of 8 rungs, 300 warm-up
+#: length of the tempering measured on seed 1 (three chains) plus about a seventh (so
+#: that every chain reaches beta = 1), one sweep of draws; ``tempering`` 8 chains of 8 rungs, 300 warm-up
 #: transitions and 600 draws (1000 and 2000 in 10-d).
 BUDGETS: dict[str, dict[str, dict[str, Any]]] = {
     "importance": {
@@ -306,11 +306,11 @@ BUDGETS: dict[str, dict[str, dict[str, Any]]] = {
     "smc": {
         name: {"chains": 8, "warmup": w, "iterations": 256, "options": {"particles": 256}}
         for name, w in {
-            "gauss10": 10000,
-            "mixture4": 5000,
-            "eggbox": 6000,
-            "shells": 3200,
-            "logistic": 6000,
+            "gauss10": 72000,
+            "mixture4": 20000,
+            "eggbox": 45000,
+            "shells": 10000,
+            "logistic": 18000,
         }.items()
     },
     "tempering": {

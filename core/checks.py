@@ -152,7 +152,7 @@ ensemble's, :func:`core.assess.ensemble_findings`, and a population's,
 :func:`core.population.short_run_findings`; ``pareto_k``, ``importance_ess`` and
 ``unseen_modes`` importance sampling's, :func:`core.assess.importance_findings`; ``swap_rate_low`` and ``evidence_unreliable`` parallel tempering's,
 ``core.stepping_stones.evidence_findings`` (the second also ``smc``'s);
-``smc_unfinished`` sequential Monte Carlo's, ``core.samplers.smc.evidence_findings``)."""
+``smc_unfinished`` sequential Monte Carlo's, ``core.smc_evidence.evidence_findings``)."""
 
 
 class SamplingWarning(UserWarning):

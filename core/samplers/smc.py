@@ -69,28 +69,36 @@ mode the prior's normaliser times the marginal likelihood): each chain's estimat
 sum of its stages' ``log sum W w`` (in the likelihood mode with the starting weights'
 ``log mean w``), the log of an estimate of ``Z`` that is unbiased for fixed
 temperatures (the adaptive ones, chosen from the same particles, add a small bias).
-:func:`chain_evidence` takes the log of the mean of the chains' ``Z``, and its standard
-error by the delta method. The mean of the chains' ``log Z`` would be biased low by about
+:func:`core.smc_evidence.chain_evidence` takes the log of the mean of the chains' ``Z``,
+and its standard error by the delta method. The mean of the chains' ``log Z`` would be biased low by about
 half a chain's variance of ``log Z``; the log of their mean is biased low by
 ``1 / chains`` of it. A chain's variance of ``log Z`` is small when its moves mix the
 population well at every stage, and grows fast when they do not (a population whose
 covariance spans separated modes, too few moves for the dimension): chains whose
 estimates disagree so much that a few of them carry the mean warn
-``evidence_unreliable`` (:func:`chains_ess`, :data:`CHAINS_SHARE`).
+``evidence_unreliable`` (:mod:`core.smc_evidence`). The arithmetic of the weights
+(the conditional effective sample size, the next step by bisection, systematic
+resampling) is :mod:`core.annealing`'s.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 import numpy as np
-import numpy.typing as npt
 
 from kameleon.core import arithmetic
 from kameleon.core.adaptation import usable_covariance
+from kameleon.core.annealing import (
+    conditional_ess,
+    increment,
+    log_mean_exp,
+    next_delta,
+    normalised,
+    systematic_resample,
+)
 from kameleon.core.arithmetic import exp1, log1, matvec
 from kameleon.core.base import (
     ChainState,
@@ -105,12 +113,10 @@ from kameleon.core.base import (
     new_chain_fields,
     params_parser,
 )
-from kameleon.core.checks import Finding
-from kameleon.core.evidence import Evidence
 from kameleon.core.linalg import jittered_cholesky
 from kameleon.core.rng import Stream, generator
 from kameleon.core.serialization import register
-from kameleon.core.stepping_stones import MIN_CHAINS_FOR_ERROR, few_chains
+from kameleon.core.smc_evidence import evidence_of
 from kameleon.core.tempered import (
     log_reference,
     parts_value,
@@ -120,48 +126,22 @@ from kameleon.core.tempered import (
 )
 
 __all__ = [
-    "CHAINS_SHARE",
-    "COLLAPSE",
     "NAME",
     "SAMPLER",
     "Params",
     "State",
+    "accepted_moves",
     "ask",
-    "chain_evidence",
     "chain_floats",
-    "chains_ess",
-    "conditional_ess",
-    "evidence_findings",
     "init",
-    "log_mean_exp",
     "make_params",
-    "next_delta",
     "population_inflation",
     "scale_step",
-    "systematic_resample",
     "tell",
     "tell_parts",
 ]
 
 NAME = "smc"
-
-#: A chain whose weights' effective sample size fell below this share of the one its
-#: stages keep (``ess_fraction`` of the particles) warns ``evidence_unreliable``; the
-#: stages' bisection keeps it (to its precision) unless the step is forced.
-COLLAPSE = 0.5
-
-#: The chains' estimates of ``Z`` disagree when fewer than this share of the chains
-#: carries their mean (:func:`chains_ess`): ``evidence_unreliable``. A chain's
-#: ``log Z`` whose standard deviation is ``sigma`` gives about ``exp(-sigma^2)`` of the
-#: chains, a half at ``sigma`` 0.83.
-CHAINS_SHARE = 0.5
-
-#: Bisection steps for the next inverse temperature: the increment to ``2^-60`` of
-#: what is left.
-_BISECTIONS = 60
-#: The smallest increment of ``beta`` a stage makes (a population whose effective
-#: sample size falls at any step still moves on).
-_MIN_DELTA = 1e-12
 
 
 @dataclass(frozen=True, slots=True)
@@ -520,86 +500,6 @@ def _log_ratios(state: State, params: Params) -> FloatArray:
     return out
 
 
-def log_mean_exp(x: FloatArray) -> float:
-    """``log mean exp(x)`` (``-inf`` when every entry is), with the module's exp and log:
-    the same bits on every CPU."""
-    a = np.asarray(x, dtype=np.float64)
-    top = float(np.max(a))
-    if top == -math.inf:
-        return -math.inf
-    return top + log1(float(np.add.reduce(arithmetic.exp(_below(a, top)))) / a.size)
-
-
-def _normalised(log_weights: FloatArray) -> FloatArray:
-    lw = np.asarray(log_weights, dtype=np.float64)
-    top = float(np.max(lw))
-    w = arithmetic.exp(_below(lw, top))
-    out: FloatArray = w / float(np.add.reduce(w))
-    return out
-
-
-def _below(a: FloatArray, top: float) -> FloatArray:
-    """``a - top`` for ``top = max(a)`` finite: a difference past the float range (told
-    values near +-1e308) is ``-inf``, a weight of zero, as it is in exact arithmetic to
-    within 1e-308."""
-    with np.errstate(over="ignore"):
-        out: FloatArray = a - top
-    return out
-
-
-def conditional_ess(weights: FloatArray, logliks: FloatArray, delta: float) -> float:
-    """The conditional effective sample size, as a fraction of the particles, of the
-    incremental weights ``exp(delta l)`` under the normalised ``weights``:
-    ``(sum W w)^2 / sum W w^2`` (1 at ``delta = 0``; 0 when every particle has
-    ``l = -inf``)."""
-    lw = _increment(logliks, delta)
-    top = float(np.max(lw))
-    if top == -math.inf:
-        return 0.0
-    w = arithmetic.exp(_below(lw, top))
-    first = float(np.add.reduce(weights * w))
-    second = float(np.add.reduce(weights * w * w))
-    return first * first / second if second > 0 else 0.0
-
-
-def _increment(logliks: FloatArray, delta: float) -> FloatArray:
-    """``delta l``, with ``-inf`` for ``l = -inf`` (and for a particle not evaluated)."""
-    ll = np.asarray(logliks, dtype=np.float64)
-    finite = np.isfinite(ll)
-    out: FloatArray = np.where(finite, delta * np.where(finite, ll, 0.0), -math.inf)
-    return out
-
-
-def next_delta(weights: FloatArray, logliks: FloatArray, left: float, fraction: float) -> float:
-    """The increment ``delta`` of ``beta`` (at most ``left``, at least a tiny positive
-    number) at which :func:`conditional_ess` is ``fraction``, by bisection; ``left`` when
-    the whole step keeps it at or above ``fraction``."""
-    if conditional_ess(weights, logliks, left) >= fraction:
-        return left
-    lo, hi = 0.0, left
-    for _ in range(_BISECTIONS):
-        mid = 0.5 * (lo + hi)
-        if conditional_ess(weights, logliks, mid) >= fraction:
-            lo = mid
-        else:
-            hi = mid
-    return max(lo, min(_MIN_DELTA, left))
-
-
-def systematic_resample(weights: FloatArray, u: float) -> npt.NDArray[np.intp]:
-    """The indices that systematic resampling with the uniform ``u`` keeps from the
-    normalised ``weights``: particle ``i`` as many times as the points
-    ``(j + u) / N`` in its slice of the cumulative weights (its expected count is
-    ``N W_i``)."""
-    w = np.asarray(weights, dtype=np.float64)
-    n = w.size
-    cumulative = np.cumsum(w)
-    cumulative[-1] = 1.0  # rounding aside, it is
-    points = (np.arange(n) + u) / n
-    out: npt.NDArray[np.intp] = np.searchsorted(cumulative, points, side="right")
-    return np.minimum(out, n - 1)
-
-
 def _end_stage(state: State, params: Params, t: int, *, force: bool) -> State:
     """The stage's end: the next inverse temperature, the evidence's increment, the
     resampling and the next stage's proposal (and, at ``beta = 1``, the proposal
@@ -620,7 +520,7 @@ def _end_stage(state: State, params: Params, t: int, *, force: bool) -> State:
             return bridged
         state = bridged
     logliks = np.asarray(state.logliks)
-    weights = _normalised(state.log_weights) if np.any(np.isfinite(state.log_weights)) else None
+    weights = normalised(state.log_weights) if np.any(np.isfinite(state.log_weights)) else None
     particles = np.asarray(state.particles)
     if state.beta < 1.0:
         left = 1.0 - state.beta
@@ -635,19 +535,19 @@ def _end_stage(state: State, params: Params, t: int, *, force: bool) -> State:
                 fraction = conditional_ess(weights, logliks, delta)
             if state.stages == 0:  # the starting weights (uniform in the reference mode)
                 changes["min_ess"] = min(state.min_ess, 1.0 / float(np.add.reduce(weights**2)))
-            new_lw = np.asarray(state.log_weights) + _increment(logliks, delta)
+            new_lw = np.asarray(state.log_weights) + increment(logliks, delta)
             start = log_mean_exp(state.log_weights) if state.stages == 0 else 0.0
             # log sum W w = log mean exp(lw + inc) - log mean exp(lw); the first stage
             # adds the starting weights' log mean exp (0 in the reference mode).
-            increment = log_mean_exp(new_lw) - log_mean_exp(state.log_weights) + start
-            changes["log_evidence"] = state.log_evidence + increment
+            gained = log_mean_exp(new_lw) - log_mean_exp(state.log_weights) + start
+            changes["log_evidence"] = state.log_evidence + gained
             changes["min_ess"] = min(changes.get("min_ess", state.min_ess), fraction * n)
         beta = 1.0 if delta >= left else state.beta + delta
         skipped = weights is None or conditional_ess(weights, logliks, left) < params.ess_fraction
         skipped = skipped or skipped_bridge
         changes.update(beta=beta, stages=state.stages + 1, unfinished=force and skipped)
         if np.any(np.isfinite(new_lw)):
-            new_w = _normalised(new_lw)
+            new_w = normalised(new_lw)
             changes["factor"] = _factor(particles, new_w, params, state.factor)
             u = float(generator(state.seed, state.chain, t, Stream.MIX).random())
             keep = systematic_resample(new_w, u)
@@ -706,13 +606,13 @@ def _bridge(
     # equally weighted draws.
     h = np.asarray(state.log_weights) if first else _log_ratios(state, params)
     current = np.zeros(n) if first else np.asarray(state.log_weights)
-    weights = _normalised(current)
+    weights = normalised(current)
     left = 1.0 - state.alpha
     whole = conditional_ess(weights, h, left) if np.any(np.isfinite(h)) else 0.0
     if force or whole >= params.ess_fraction or not np.any(np.isfinite(h)):
         if first:  # the starting weights, as a reference that covers the prior gives them
             return state.evolve(alpha=1.0), whole < params.ess_fraction
-        lw = current + _increment(h, left)
+        lw = current + increment(h, left)
         crossed: State = state.evolve(
             alpha=1.0,
             log_weights=frozen_array(lw),
@@ -722,9 +622,9 @@ def _bridge(
     delta = next_delta(weights, h, left, params.ess_fraction)
     least = min(state.min_ess, conditional_ess(weights, h, delta) * n)
     if first:  # what the starting weights prior / ref would have been: the warning's
-        least = min(least, 1.0 / float(np.add.reduce(_normalised(h) ** 2)))
-    new_lw = current + _increment(h, delta)
-    new_w = _normalised(new_lw)
+        least = min(least, 1.0 / float(np.add.reduce(normalised(h) ** 2)))
+    new_lw = current + increment(h, delta)
+    new_w = normalised(new_lw)
     particles = np.asarray(state.particles)
     u = float(generator(state.seed, state.chain, t, Stream.MIX).random())
     keep = systematic_resample(new_w, u)
@@ -766,164 +666,6 @@ def _factor(
         return frozen_array(jittered_cholesky(cov + params.nugget * np.eye(params.dim)))
     except np.linalg.LinAlgError:
         return old
-
-
-# --------------------------------------------------------------------------- evidence
-
-
-def log_evidence(state: State) -> float:
-    """The chain's estimate of ``log Z``; NaN until its tempering has reached 1."""
-    if state.logdensity is None or state.beta < 1.0:
-        return math.nan
-    return state.log_evidence
-
-
-def chain_evidence(states: Sequence[State], params: Params) -> Evidence | None:
-    """The log evidence of the chains that reached ``beta = 1``: the log of the mean of
-    their estimates of ``Z`` (each unbiased for fixed temperatures, so their mean is too,
-    and its log is biased low by about ``1 / chains`` of a chain's variance of ``log Z``,
-    where the mean of the chains' ``log Z`` is biased low by half of it); its standard
-    error by the delta method, the standard deviation of ``Z_c / mean(Z)`` over
-    ``sqrt(chains)`` (NaN with one chain); ``ess`` the smallest conditional effective
-    sample size of a stage, summed over the chains; ``pareto_k`` NaN; ``draws`` every
-    chain's post-warm-up draws. ``None`` before any chain's tempering reached 1."""
-    done = [s for s in states if not math.isnan(log_evidence(s))]
-    if not done:
-        return None
-    values = np.array([s.log_evidence for s in done])
-    draws = sum(max(0, s.iteration - params.warmup) for s in done)
-    mean = log_mean_exp(values)
-    ratios = _evidence_ratios(values)
-    se = (
-        float(np.std(ratios, ddof=1) / math.sqrt(values.size))
-        if values.size > 1 and ratios is not None
-        else math.nan
-    )
-    ess = float(sum(s.min_ess for s in done))
-    return Evidence(mean, se, ess, math.nan, draws)
-
-
-def _evidence_ratios(log_z: FloatArray) -> FloatArray | None:
-    """``Z_c / mean(Z)`` of the chains' estimates (``None`` when every one is zero or
-    one is infinite)."""
-    top = float(np.max(log_z))
-    if not math.isfinite(top):
-        return None
-    z = arithmetic.exp(_below(np.asarray(log_z, dtype=np.float64), top))
-    out: FloatArray = z / float(np.mean(z))
-    return out
-
-
-def chains_ess(log_z: FloatArray) -> float:
-    """Kish's effective number of chains behind the mean of their estimates of ``Z``,
-    ``(sum Z_c)^2 / sum Z_c^2``: the chains' count when they agree, near 1 when one
-    chain's estimate dwarfs the others'."""
-    ratios = _evidence_ratios(log_z)
-    if ratios is None:
-        return math.nan
-    return float(np.sum(ratios)) ** 2 / float(np.sum(ratios * ratios))
-
-
-def evidence_findings(states: Sequence[State], params: Params) -> list[Finding]:
-    """The warnings: ``smc_unfinished`` (a chain's warm-up ended before its tempering
-    reached ``beta = 1``, which was then forced: its draws and its evidence are
-    unreliable) and ``evidence_unreliable`` (fewer than 4 chains reached 1; a chain's
-    weights fell below :data:`COLLAPSE` of the effective sample size its stages keep,
-    ``ess_fraction N``: in the likelihood mode, starting weights ``prior / reference``
-    dominated by a few particles, a reference that does not cover the prior well; or
-    fewer than :data:`CHAINS_SHARE` of the chains carry the mean of their ``Z``)."""
-    found: list[Finding] = []
-    told = [s for s in states if s.logdensity is not None and s.iteration >= params.particles]
-    unfinished = [s.chain for s in told if s.unfinished]
-    if unfinished:
-        found.append(
-            Finding(
-                "smc_unfinished",
-                None,
-                unfinished[0] if len(unfinished) == 1 else None,
-                float(len(unfinished)),
-                0.0,
-                f"{len(unfinished)} of {len(told)} chains had not reached beta = 1 when "
-                "warm-up ended: the last step to 1 was forced, so their first draws after "
-                "warm-up and the evidence are unreliable",
-            )
-        )
-    ev = chain_evidence(states, params)
-    done = [s for s in states if not math.isnan(log_evidence(s))]
-    planned = params.ess_fraction * params.particles
-    collapsed = [s for s in done if s.min_ess < COLLAPSE * planned and not s.unfinished]
-    if collapsed:
-        worst = min(collapsed, key=lambda s: s.min_ess)
-        found.append(
-            Finding(
-                "evidence_unreliable",
-                None,
-                worst.chain if len(collapsed) == 1 else None,
-                float(worst.min_ess),
-                COLLAPSE * planned,
-                f"{len(collapsed)} of {len(done)} chains' weights fell to an effective "
-                f"sample size of {worst.min_ess:.0f} particles at worst, under "
-                f"{COLLAPSE * planned:.0f} (the stages keep {planned:.0f}): the evidence "
-                "rests on a few particles, and its error bar does not show it"
-                + (
-                    " (in the likelihood mode: the starting weights prior / reference, a "
-                    "reference that covers the prior poorly, which the bridge to the prior "
-                    "crosses with heavy weights; a reference at least as wide as the "
-                    "prior: reference_mean and reference_sd)"
-                    if params.tempered == "likelihood"
-                    else ""
-                ),
-            )
-        )
-    unmixed = [s for s in done if s.mixed < params.mixing and not s.unfinished]
-    if unmixed:
-        worst = min(unmixed, key=lambda s: s.mixed)
-        found.append(
-            Finding(
-                "evidence_unreliable",
-                None,
-                worst.chain if len(unmixed) == 1 else None,
-                float(worst.mixed),
-                params.mixing,
-                f"{len(unmixed)} of {len(done)} chains had a stage whose moves ended "
-                f"(max_moves {params.max_moves}) before the particles mixed: "
-                f"{worst.mixed:.2f} accepted moves per particle and dimension at worst, "
-                f"under {params.mixing:g} (mixing); the next stage weighed too few "
-                "distinct points, and the evidence is biased whatever its error bar "
-                "(a larger max_moves)",
-            )
-        )
-    if ev is not None and len(done) < MIN_CHAINS_FOR_ERROR:
-        found.append(few_chains(len(done)))
-    elif ev is not None:
-        log_z = np.array([s.log_evidence for s in done])
-        carried = chains_ess(log_z)
-        if carried < CHAINS_SHARE * len(done):
-            spread = (
-                float(np.std(log_z[np.isfinite(log_z)], ddof=1))
-                if np.sum(np.isfinite(log_z)) > 1
-                else math.inf
-            )
-            found.append(
-                Finding(
-                    "evidence_unreliable",
-                    None,
-                    None,
-                    carried,
-                    CHAINS_SHARE * len(done),
-                    f"the chains' estimates of log Z spread by a standard deviation of "
-                    f"{spread:.2f}, so that {carried:.1f} of {len(done)} chains carry their "
-                    "mean: the evidence and its error bar rest on a few chains (more "
-                    "particles, more moves or a larger ess_fraction narrow the spread)",
-                )
-            )
-    return found
-
-
-def evidence_of(states: Sequence[State], params: Params) -> tuple[Evidence | None, list[Finding]]:
-    """:func:`chain_evidence` and :func:`evidence_findings` together (the record's
-    ``chain_evidence``)."""
-    return chain_evidence(states, params), evidence_findings(states, params)
 
 
 def needs_parts(params: Params) -> bool:

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kameleon.core import SAMPLERS
+from kameleon.core import SAMPLERS, annealing, smc_evidence
 from kameleon.core.assess import assess, summaries_of
 from kameleon.core.autocorr import by_walker
 from kameleon.core.base import Parts
@@ -68,19 +68,19 @@ def test_the_bisection_hits_the_ess_fraction() -> None:
     rng = np.random.default_rng(0)
     logliks = rng.normal(-50.0, 10.0, size=64)
     for weights in (np.full(64, 1 / 64), rng.dirichlet(np.ones(64))):
-        delta = smc.next_delta(weights, logliks, 1.0, 0.5)
+        delta = annealing.next_delta(weights, logliks, 1.0, 0.5)
         assert 0 < delta < 1
-        assert smc.conditional_ess(weights, logliks, delta) == pytest.approx(0.5, abs=1e-9)
+        assert annealing.conditional_ess(weights, logliks, delta) == pytest.approx(0.5, abs=1e-9)
         # by hand: (sum W w)^2 / sum W w^2
         w = np.exp(delta * (logliks - logliks.max()))
         hand = float(np.sum(weights * w) ** 2 / np.sum(weights * w * w))
-        assert smc.conditional_ess(weights, logliks, delta) == pytest.approx(hand, rel=1e-12)
+        assert annealing.conditional_ess(weights, logliks, delta) == pytest.approx(hand, rel=1e-12)
     # A whole step that keeps the fraction is taken whole.
     flat = np.full(8, -1.0) + 1e-3 * np.arange(8)
-    assert smc.next_delta(np.full(8, 1 / 8), flat, 0.25, 0.5) == 0.25
+    assert annealing.next_delta(np.full(8, 1 / 8), flat, 0.25, 0.5) == 0.25
     # A particle outside the support weighs nothing at any step.
     dead = np.array([-math.inf, 0.0, 0.0, 0.0])
-    assert smc.conditional_ess(np.full(4, 0.25), dead, 0.5) == pytest.approx(0.75)
+    assert annealing.conditional_ess(np.full(4, 0.25), dead, 0.5) == pytest.approx(0.75)
 
 
 def test_systematic_resampling_is_unbiased() -> None:
@@ -92,7 +92,7 @@ def test_systematic_resampling_is_unbiased() -> None:
     n, grid = weights.size, 20000
     counts = np.zeros(n)
     for j in range(grid):
-        keep = smc.systematic_resample(weights, (j + 0.5) / grid)
+        keep = annealing.systematic_resample(weights, (j + 0.5) / grid)
         assert keep.size == n and np.all(np.diff(keep) >= 0)
         c = np.bincount(keep, minlength=n)
         assert np.all((c >= np.floor(n * weights)) & (c <= np.ceil(n * weights)))
@@ -265,13 +265,13 @@ def test_the_chains_combine_as_the_mean_of_their_evidence() -> None:
     ``log Z``, which is lower by Jensen's inequality; the error is the delta method's."""
     log_z = [0.0, 1.0, -1.0, 0.5]
     params = SAMPLER.make_params(2, {}, warmup=200)
-    ev = smc.chain_evidence(_ended(log_z), params)
+    ev = smc_evidence.chain_evidence(_ended(log_z), params)
     z = np.exp(log_z)
     assert ev is not None
     assert ev.log_evidence == pytest.approx(math.log(z.mean()), rel=1e-12)
     assert ev.log_evidence > np.mean(log_z) + 0.1
     assert ev.standard_error == pytest.approx(np.std(z / z.mean(), ddof=1) / 2, rel=1e-9)
-    assert smc.chains_ess(np.array(log_z)) == pytest.approx(z.sum() ** 2 / (z * z).sum())
+    assert smc_evidence.chains_ess(np.array(log_z)) == pytest.approx(z.sum() ** 2 / (z * z).sum())
 
 
 def test_chains_whose_evidence_disagrees_warn() -> None:
@@ -281,8 +281,8 @@ def test_chains_whose_evidence_disagrees_warn() -> None:
     number of chains as its value."""
     params = SAMPLER.make_params(2, {}, warmup=200)
     agree = [0.1, -0.2, 0.3, 0.0, -0.1, 0.2, -0.3, 0.05]
-    assert smc.evidence_findings(_ended(agree), params) == []
-    found = smc.evidence_findings(_ended([*agree[:7], 3.5]), params)
+    assert smc_evidence.evidence_findings(_ended(agree), params) == []
+    found = smc_evidence.evidence_findings(_ended([*agree[:7], 3.5]), params)
     assert [f.code for f in found] == ["evidence_unreliable"], found
     assert found[0].value < found[0].threshold == 4.0
     assert "spread" in found[0].message
@@ -324,7 +324,7 @@ def test_moves_keep_accepting_among_narrow_separated_peaks() -> None:
     assert float(np.std(log_z, ddof=1)) < 1.5, log_z
     assert all(r.state.stage_acceptance > 0.1 for r in results)
     params = SAMPLER.make_params(2, options, warmup=warmup)
-    ev = smc.chain_evidence([r.state for r in results], params)
+    ev = smc_evidence.chain_evidence([r.state for r in results], params)
     assert ev is not None and abs(ev.log_evidence) < 3 * ev.standard_error, ev
 
 
@@ -606,7 +606,7 @@ def test_weights_that_collapsed_warn() -> None:
     params = SAMPLER.make_params(2, {}, warmup=200)
     states = _ended([0.0, 0.1, -0.1, 0.05])
     states[2] = dataclasses.replace(states[2], min_ess=3.0)
-    found = smc.evidence_findings(states, params)
+    found = smc_evidence.evidence_findings(states, params)
     assert [f.code for f in found] == ["evidence_unreliable"], found
     assert found[0].chain == 2 and found[0].value == 3.0 < found[0].threshold == 8.0
 
@@ -617,7 +617,7 @@ def test_moves_that_did_not_mix_warn() -> None:
     params = SAMPLER.make_params(2, {}, warmup=200)
     states = _ended([0.0, 0.1, -0.1, 0.05])
     states[1] = dataclasses.replace(states[1], mixed=0.2)
-    found = smc.evidence_findings(states, params)
+    found = smc_evidence.evidence_findings(states, params)
     assert [f.code for f in found] == ["evidence_unreliable"], found
     assert found[0].chain == 1 and found[0].value == 0.2 < found[0].threshold == 0.5
     assert "max_moves" in found[0].message and "mixing" in found[0].message

@@ -599,6 +599,34 @@ def test_the_bridge_steps_alpha_before_beta() -> None:
     assert covered_betas is not None and covered_betas[32] > 0.0  # beta moved at once
 
 
+def test_stages_move_until_the_particles_have_mixed() -> None:
+    """While ``beta < 1`` a stage's moves go on, in whole sweeps, until the particles have
+    made ``mixing d`` accepted moves each on average: every tempering stage of a 6-d
+    Gaussian reaches 0.5 per dimension (3 per particle, about 12 moves at the target
+    acceptance, where ``moves`` asks for 3), and its stages are whole sweeps longer than
+    ``moves``; with ``mixing`` 0 every stage is ``moves`` sweeps exactly."""
+
+    def gaussian6(x: Any) -> float:
+        v = np.asarray(x, dtype=np.float64)
+        return -0.5 * float(v @ v)
+
+    def stage_lengths(options: dict[str, Any]) -> tuple[list[int], float]:
+        results = sample_chains(
+            gaussian6, 6, algorithm="smc", chains=1, warmup=6000, iterations=32, seed=2,
+            options={"particles": 32, "reference_sd": 3.0, **options}, warn=False,
+        )  # fmt: skip
+        betas = results[0].stat("beta")
+        assert betas is not None and results[0].state.beta == 1.0
+        ends = np.flatnonzero(np.diff(betas[: int(np.argmax(betas == 1.0)) + 1]) != 0) + 1
+        return list(np.diff(ends)), results[0].state.mixed
+
+    lengths, mixed = stage_lengths({})
+    assert mixed >= 0.5
+    assert all(n % 32 == 0 and n > 3 * 32 for n in lengths), lengths
+    lengths, mixed = stage_lengths({"mixing": 0})
+    assert mixed == math.inf and set(lengths) == {3 * 32}, lengths
+
+
 def test_weights_that_collapsed_warn() -> None:
     """A chain whose weights' effective sample size fell under :data:`COLLAPSE` of the
     ``ess_fraction N`` its stages keep (a forced step can do it) warns

@@ -261,7 +261,8 @@ def service(args: argparse.Namespace) -> None:
             if algorithm not in PRECONDITIONED and setting != "default":
                 continue
             runs.append((algorithm, {} if setting == "default" else {"preconditioning": setting}))
-    rows = []
+    rows: list[dict[str, Any]] = []
+    doc = {"bandwidth": bandwidth, "mmd2_reference_halves": floor, "runs": rows}
     with threadpool_limits(limits=1, user_api="blas"), serving() as url:
         for algorithm, options in runs:
             row, draws = one_run(url, algorithm, options, args)
@@ -269,9 +270,8 @@ def service(args: argparse.Namespace) -> None:
             row["mmd2"] = row["curve"][-1]["mmd2"]
             rows.append(row)
             print(json.dumps({k: v for k, v in row.items() if k != "curve"}), flush=True)
-    doc = {"bandwidth": bandwidth, "mmd2_reference_halves": floor, "runs": rows}
-    if args.out is not None:
-        args.out.write_text(json.dumps(doc, indent=1) + "\n")
+            if args.out is not None:  # after every run: a long benchmark keeps what it made
+                args.out.write_text(json.dumps(doc, indent=1) + "\n")
     print(table(doc))
 
 

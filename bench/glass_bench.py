@@ -335,7 +335,8 @@ def plot(args: argparse.Namespace) -> None:
         ylabel="MMD$^2$ to the reference (Gaussian kernel)",
         title=f"Glass GP classification through the service ({budget})",
     )  # fmt: skip
-    ax.legend(fontsize=8)
+    _iteration_ticks(ax, runs)
+    ax.legend(fontsize=8, loc="lower left")
     fig.tight_layout()
     fig.savefig(args.prefix.with_name(args.prefix.name + "-mmd.png"), dpi=110)
 
@@ -349,11 +350,21 @@ def plot(args: argparse.Namespace) -> None:
             title=("minimum" if key.startswith("min_") else "median") + " bulk ESS over the 9 "
             "parameters",
         )  # fmt: skip
+        _iteration_ticks(ax, runs)
     axes[0].set_ylabel(f"bulk ESS, {runs[0]['chains']} chains pooled")
     axes[0].legend(fontsize=8)
     fig.suptitle(f"Glass GP classification through the service ({budget})")
     fig.tight_layout()
     fig.savefig(args.prefix.with_name(args.prefix.name + "-ess.png"), dpi=110)
+
+
+def _iteration_ticks(ax: Any, runs: list[dict[str, Any]]) -> None:
+    """The prefixes as the x axis's only ticks, in plain numbers."""
+    from matplotlib.ticker import NullFormatter
+
+    ticks = [c["iterations"] for c in runs[0]["curve"]]
+    ax.set_xticks(ticks, [str(t) for t in ticks])
+    ax.xaxis.set_minor_formatter(NullFormatter())
 
 
 def _plain_label(row: dict[str, Any]) -> str:

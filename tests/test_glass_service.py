@@ -1,8 +1,9 @@
 """The Glass GP classification, pseudo-marginal, end to end through a service.
 
 ``examples/glass_gpc.py``'s importance-sampling estimate of ``p(y | theta)`` on the full
-Glass data, told to a ``kameleon serve`` process (memory store) by two workers, at a
-size CI affords (2 chains x (100 + 150) iterations, about 500 evaluations of 7 ms).
+Glass data (50 importance samples), told to a ``kameleon serve`` process (memory store)
+by two workers, at a size CI affords: 2 chains x (100 + 150) iterations, 502 evaluations
+of a few milliseconds, about 8 s per sampler.
 
 To compare the service's run with the in-process run bit for bit, the estimate's
 importance samples are seeded by the point (:class:`Replayable`): the same point gets

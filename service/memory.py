@@ -88,6 +88,12 @@ class Trimmer:
             # The last trim still runs (longer than the pause): look again a pause later.
             self._timer = loop.call_later(self.interval, self._start)
             return
+        wait = self._last + self.interval - self.clock()
+        if wait > 0:
+            # The last trim began later than it was scheduled (its thread waited for the
+            # CPU), and the pause runs from when it began.
+            self._timer = loop.call_later(wait, self._start)
+            return
         self._last = self.clock()
         self._task = loop.create_task(self._run())
 
@@ -99,6 +105,7 @@ class Trimmer:
 
     def _call(self) -> None:
         if self.trim is not None:
+            self._last = self.clock()  # the pause runs from when a trim begins
             self.trim()
             self.trims += 1
 

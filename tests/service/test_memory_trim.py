@@ -7,6 +7,7 @@ import asyncio
 import ctypes
 import threading
 import time
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
@@ -47,6 +48,35 @@ def test_at_most_one_trim_per_interval_and_one_after_the_last_delete() -> None:
     assert len(calls.times) == 2
     assert calls.times[1] - calls.times[0] >= 0.29
     assert all(t is not threading.main_thread() for t in calls.threads)  # off the loop
+
+
+def test_the_pause_runs_from_when_a_trim_began(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a busy machine a trim's thread may start well after it was scheduled; the
+    next trim still waits a whole pause from when the last one began (here the first
+    trim's thread is held 0.15 s, half the pause: measured from its scheduling, the
+    second trim came 0.15 s after the first)."""
+    calls = Calls()
+    to_thread = asyncio.to_thread
+    held = [0.15]
+
+    async def late(fn: Any, *args: Any) -> Any:
+        if held:
+            await asyncio.sleep(held.pop())
+        return await to_thread(fn, *args)
+
+    monkeypatch.setattr(asyncio, "to_thread", late)
+
+    async def deletes() -> None:
+        trimmer = Trimmer(trim=calls, interval=0.3)
+        trimmer.freed()
+        await asyncio.sleep(0.2)
+        trimmer.freed()
+        await asyncio.sleep(0.6)
+        await trimmer.close()
+
+    asyncio.run(deletes())
+    assert len(calls.times) == 2
+    assert calls.times[1] - calls.times[0] >= 0.29
 
 
 def test_a_slow_trim_is_not_run_twice_at_once() -> None:

@@ -75,6 +75,7 @@ __all__ = [
     "StepInfo",
     "TellDraw",
     "TellGradient",
+    "TellGradientMany",
     "TellParts",
     "accept_or_reject",
     "check_tell",
@@ -254,6 +255,13 @@ of the accept stream for the adaptation coin."""
 
 
 TellGradient = Callable[[S, P, Proposal, float, FloatArray], tuple[S, StepInfo]]
+
+TellGradientMany = Callable[
+    [Sequence[S], P, Sequence[Proposal], Sequence[float], Sequence[FloatArray | None]],
+    list[tuple[S, StepInfo]],
+]
+"""Many chains' ``tell_gradient`` at once: ``tell_gradient_many(states, params, proposals,
+logdensities, gradients)``, the same results bit for bit (:func:`core.batch.tell_many`)."""
 """A gradient sampler's tell: ``tell_gradient(state, params, proposal, logdensity,
 gradient)``."""
 
@@ -349,6 +357,11 @@ class Sampler(Generic[S, P]):
         ``tell_gradient(state, params, proposal, logdensity, gradient)``: ``tell`` for a
         sampler that needs the gradient at each point (``evaluation.gradient``), which
         its ``tell`` then refuses to go without. :func:`tell_one` picks the one to call.
+    tell_gradient_many
+        ``tell_gradient_many(states, params, proposals, logdensities, gradients)``: many
+        chains' ``tell_gradient`` in one call, the same results bit for bit, which
+        :func:`core.batch.tell_many` uses when the sampler has it (``nuts``: its chains'
+        leapfrog arithmetic as arrays); ``None``: chain by chain.
     tell_parts
         ``tell_parts(state, params, proposal, parts)``: ``tell`` for a sampler told its
         target in parts (``evaluation.parts``, :class:`Parts`).
@@ -428,6 +441,7 @@ class Sampler(Generic[S, P]):
     metropolis_adapt: Adapt[S, P] | None = None
     evaluation: Evaluation = Evaluation()
     tell_gradient: TellGradient[S, P] | None = None
+    tell_gradient_many: TellGradientMany[S, P] | None = None
     tell_parts: TellParts[S, P] | None = None
     parts_value: Callable[[P, Parts], float] | None = None
     stats: tuple[str, ...] = ()

@@ -71,8 +71,8 @@ def tell_many(
     ``accept``: the two accept-stream uniforms of each chain told a proposal (not an
     initial point), in order, when the caller drew them already (:func:`accept_block`
     draws many iterations' at once); else they are drawn here. ``gradients``: the told
-    gradients, for a sampler that needs them (:func:`core.base.tell_one`), stepped
-    chain by chain; ``parts``: the told parts of the target, likewise, for a sampler
+    gradients, for a sampler that needs them (:func:`core.base.tell_one`), told through
+    its ``tell_gradient_many`` when it has one (``nuts``), else chain by chain; ``parts``: the told parts of the target, likewise, for a sampler
     told them (``sgld``); ``draws``: the client's draws at conditional proposals, for a
     sampler told them (``gibbs``), likewise.
 
@@ -99,6 +99,9 @@ def tell_many(
         ]
     if sampler.tell_gradient is not None:
         grads = gradients if gradients is not None else [None] * len(states)
+        if sampler.tell_gradient_many is not None:
+            values = [float(v) for v in logdensities]
+            return sampler.tell_gradient_many(states, params, proposals, values, grads)
         return [
             tell_one(sampler, s, params, p, float(v), g)
             for s, p, v, g in zip(states, proposals, logdensities, grads, strict=True)

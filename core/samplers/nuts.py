@@ -37,7 +37,9 @@ place and its tell ends the transition as a divergence.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -69,7 +71,9 @@ from kameleon.core.hamiltonian import (
     draw_momentum,
     half_momentum,
     is_turning,
+    kinetic_energies,
     kinetic_energy,
+    leapfrog_momenta,
     leapfrog_momentum,
     leapfrog_position,
     log_add_exp,
@@ -91,6 +95,7 @@ __all__ = [
     "make_params",
     "tell",
     "tell_gradient",
+    "tell_gradient_many",
 ]
 
 NAME = "nuts"
@@ -323,8 +328,16 @@ def _begin(state: State, params: Params) -> Trajectory:
 
 
 def _direction(state: State, params: Params, depth: int) -> float:
-    rng = generator(state.seed, state.chain, state.iteration + 1, Stream.MIX)
-    return 1.0 if float(rng.random(params.max_tree_depth)[depth]) < 0.5 else -1.0
+    """The direction of the transition's ``depth``-th doubling, ``1.0`` or ``-1.0``."""
+    return _directions(state.seed, state.chain, state.iteration + 1, params.max_tree_depth)[depth]
+
+
+@functools.lru_cache(maxsize=4096)
+def _directions(seed: int, chain: int, iteration: int, doublings: int) -> tuple[float, ...]:
+    """Every doubling's direction of a transition, from its mixture stream: drawn once,
+    not at each of the transition's asks and tells (a cache of a pure function)."""
+    draws: list[float] = generator(seed, chain, iteration, Stream.MIX).random(doublings).tolist()
+    return tuple(1.0 if u < 0.5 else -1.0 for u in draws)
 
 
 def _next_point(
@@ -358,7 +371,7 @@ def ask(state: State, params: Params) -> Proposal:
     if checking is not None:
         return checking
     new, _, _ = _next_point(state, params, _begin(state, params))
-    if not np.all(np.isfinite(new)):
+    if not np.isfinite(new).all():
         new = state.position  # an overflow: its tell ends the transition (a divergence)
     return Proposal(state.iteration + 1, "leapfrog", frozen_array(new), 0.0, state.step)
 
@@ -373,30 +386,121 @@ def tell_gradient(
     state: State, params: Params, proposal: Proposal, logdensity: float, gradient: FloatArray
 ) -> tuple[State, StepInfo]:
     g = check_gradient(NAME, logdensity, gradient, state.position.size)
-    if proposal.kind == "gradient_check":
-        new_state, info = check_tell(state, proposal, logdensity, g)
-        return new_state.evolve(evaluations=state.evaluations + 1), info
-    if state.logdensity is None:
-        if proposal.kind != "init" or proposal.iteration != state.iteration:
-            raise ValueError("proposal does not belong to this state")
-        idle = dataclasses.replace(state.trajectory, points=0)
-        return tell_initial_gradient(state, params, logdensity, g, trajectory=idle)
-    t = state.iteration + 1
+    if not _leapfrog_told(state, proposal):
+        return _tell_not_leapfrog(state, params, proposal, logdensity, g)
+    tree = _begin(state, params)
+    new, half, eps = _told_point(state, params, tree, proposal.position)
+    energy = math.inf
+    momentum = half
+    if np.isfinite(new).all() and logdensity != -math.inf:
+        momentum = leapfrog_momentum(half, g, eps)
+        energy = -float(logdensity) + kinetic_energy(momentum, state.metric)
+    return _grow(state, params, tree, new, momentum, g, logdensity, energy, eps)
+
+
+def tell_gradient_many(
+    states: Sequence[State],
+    params: Params,
+    proposals: Sequence[Proposal],
+    logdensities: Sequence[float],
+    gradients: Sequence[FloatArray | None],
+) -> list[tuple[State, StepInfo]]:
+    """``[tell_gradient(s, params, p, v, g) for ...]``, bit for bit, with the leapfrog
+    points' second half-steps and kinetic energies of all the chains computed at once
+    (:func:`core.hamiltonian.leapfrog_momenta`, :func:`~core.hamiltonian.kinetic_energies`):
+    what is left per chain is its tree's bookkeeping. Raises as the first failing
+    per-chain tell would, and then tells nothing."""
+    out: list[tuple[State, StepInfo] | None] = [None] * len(states)
+    leapfrog: list[int] = []
+    told: list[FloatArray] = []
+    for i, (state, proposal, value, gradient) in enumerate(
+        zip(states, proposals, logdensities, gradients, strict=True)
+    ):
+        if gradient is None:
+            raise ValueError(f"{NAME} needs the gradient of the log density at every point")
+        g = check_gradient(NAME, value, gradient, state.position.size)
+        if _leapfrog_told(state, proposal):
+            leapfrog.append(i)
+            told.append(g)
+        else:
+            out[i] = _tell_not_leapfrog(state, params, proposal, value, g)
+    if leapfrog:
+        trees = [_begin(states[i], params) for i in leapfrog]
+        steps: list[float] = []
+        ends: list[Point] = []
+        for i, tree in zip(leapfrog, trees, strict=True):
+            state = states[i]
+            steps.append(_direction(state, params, tree.depth) * state.step_size)
+            ends.append(tree.right if steps[-1] > 0 else tree.left)
+        eps = np.array(steps)
+        grads = np.array(told)
+        halves = leapfrog_momenta(
+            np.array([e.momentum for e in ends]), np.array([e.gradient for e in ends]), eps
+        )
+        momenta = leapfrog_momenta(halves, grads, eps)
+        metrics = [states[i].metric for i in leapfrog]
+        if len({m.shape for m in metrics}) == 1:
+            kinetic = kinetic_energies(momenta, np.array(metrics)).tolist()
+        else:  # not from one session: each chain's own
+            kinetic = [kinetic_energy(p, m) for p, m in zip(momenta, metrics, strict=True)]
+        for j, i in enumerate(leapfrog):
+            state, tree, step, value = states[i], trees[j], steps[j], float(logdensities[i])
+            new = proposals[i].position
+            if new.tobytes() == state.position.tobytes():  # as _told_point: computed again
+                new, _, _ = _next_point(state, params, tree)
+            momentum, energy = halves[j].copy(), math.inf
+            if np.isfinite(new).all() and value != -math.inf:
+                momentum = momenta[j].copy()
+                energy = -value + kinetic[j]
+            out[i] = _grow(state, params, tree, new, momentum, told[j], value, energy, step)
+    return [o for o in out if o is not None]
+
+
+def _leapfrog_told(state: State, proposal: Proposal) -> bool:
+    """Whether ``proposal`` is the leapfrog point the chain waits for (``False``: its
+    initial point or a point of its gradient check); raises when the chain waits for
+    another leapfrog point."""
+    if proposal.kind == "gradient_check" or state.logdensity is None:
+        return False
     if (
         state.check.pending
         or proposal.kind != "leapfrog"
-        or (proposal.iteration, proposal.step) != (t, state.step)
+        or (proposal.iteration, proposal.step) != (state.iteration + 1, state.step)
     ):
         raise ValueError("proposal does not belong to this state")
-    tree = _begin(state, params)
-    new, half, eps = _told_point(state, params, tree, proposal.position)
+    return True
+
+
+def _tell_not_leapfrog(
+    state: State, params: Params, proposal: Proposal, logdensity: float, g: FloatArray
+) -> tuple[State, StepInfo]:
+    """The tell of an initial point or of a point of the gradient check."""
+    if proposal.kind == "gradient_check":
+        new_state, info = check_tell(state, proposal, logdensity, g)
+        return new_state.evolve(evaluations=state.evaluations + 1), info
+    if proposal.kind != "init" or proposal.iteration != state.iteration:
+        raise ValueError("proposal does not belong to this state")
+    idle = dataclasses.replace(state.trajectory, points=0)
+    return tell_initial_gradient(state, params, logdensity, g, trajectory=idle)
+
+
+def _grow(
+    state: State,
+    params: Params,
+    tree: Trajectory,
+    new: FloatArray,
+    momentum: FloatArray,
+    g: FloatArray,
+    logdensity: float,
+    energy: float,
+    eps: float,
+) -> tuple[State, StepInfo]:
+    """The tree with the told point ``new`` (its momentum after the leapfrog step, the
+    told gradient and log density, the Hamiltonian there, ``inf`` when the point or its
+    log density is not finite) added at the end that step ``eps`` went from."""
+    t = state.iteration + 1
     common = {"step": state.step + 1, "evaluations": state.evaluations + 1}
     points = tree.points + 1
-    energy = math.inf
-    momentum = half
-    if np.all(np.isfinite(new)) and logdensity != -math.inf:
-        momentum = leapfrog_momentum(half, g, eps)
-        energy = -float(logdensity) + kinetic_energy(momentum, state.metric)
     error = energy - tree.energy0
     accept_sum = tree.accept_sum + (exp1(min(0.0, -error)) if math.isfinite(error) else 0.0)
     depth = tree.depth + 1  # the doublings of the tree once this subtree ends it
@@ -404,13 +508,21 @@ def tell_gradient(
         return _end(state, params, t, tree, points, accept_sum, depth, True, **common)
     point = Point(_frozen(new), _frozen(momentum), frozen_array(g), float(logdensity), energy)
     log_w = -error
-    uniforms = generator(state.seed, state.chain, t, substream(Stream.ACCEPT, state.step)).random(2)
+    # The point's two accept uniforms: the first samples within a subtree of two points
+    # or more, the second merges a completed subtree; a first leaf of a subtree that is
+    # not complete with it (depth 1 or more) uses neither.
+    stream = substream(Stream.ACCEPT, state.step)
+    uniforms: list[float] = (
+        generator(state.seed, state.chain, t, stream).random(2).tolist()
+        if tree.leaf or not tree.depth
+        else []
+    )
     # Uniform progressive sampling within the subtree.
     if tree.leaf == 0:
         sub_sample, sub_log_w = point, log_w
     else:
         sub_log_w = log_add_exp(tree.subtree_log_weight, log_w)
-        take = log1(float(uniforms[0])) < log_w - sub_log_w
+        take = log1(uniforms[0]) < log_w - sub_log_w
         sub_sample = point if take else tree.subtree_sample
     forward = eps > 0
     left, right = (tree.left, point) if forward else (point, tree.right)
@@ -437,7 +549,7 @@ def tell_gradient(
     if leaf == 1 << tree.depth:
         # The subtree is complete: biased progressive sampling, then the merged
         # trajectory's U-turns.
-        if log1(float(uniforms[1])) < sub_log_w - log_weight:
+        if log1(uniforms[1]) < sub_log_w - log_weight:
             sample, moved = sub_sample, True
         log_weight = log_add_exp(log_weight, sub_log_w)
         done = depth >= params.max_tree_depth or _merged_turns(
@@ -599,6 +711,7 @@ SAMPLER: Sampler[State, Params] = Sampler(
     metropolis_adapt=None,
     evaluation=Evaluation(gradient=True),
     tell_gradient=tell_gradient,
+    tell_gradient_many=tell_gradient_many,
     stats=("step_size", "tree_depth", "n_steps", "diverging", "energy"),
     acceptance_checked=False,  # a multinomial draw from the trajectory moves almost always
 )

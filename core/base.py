@@ -335,6 +335,10 @@ class Sampler(Generic[S, P]):
         Its options' and its chains' frozen dataclasses.
     make_params, init, ask, tell
         The ask/tell interface.
+    ask_many
+        ``ask_many(states, params)``: many chains' ``ask`` in one call, the same
+        proposals bit for bit, which :func:`core.batch.ask_many` uses when the sampler
+        has it (``nuts``: its chains' leapfrog points as arrays); ``None``: chain by chain.
     chain_floats
         ``chain_floats(dim, params)``: the floats one chain keeps and works with, at most
         (:mod:`core.memory` turns them into bytes, for the budgets).
@@ -436,6 +440,7 @@ class Sampler(Generic[S, P]):
     make_params: MakeParams[P]
     init: Callable[..., S]
     ask: Callable[[S, P], Proposal]
+    ask_many: Callable[[Sequence[S], P], list[Proposal]] | None = None
     tell: Callable[[S, P, Proposal, float], tuple[S, StepInfo]]
     chain_floats: Callable[[int, P], int]
     metropolis_adapt: Adapt[S, P] | None = None

@@ -48,7 +48,10 @@ __all__ = ["accept_block", "accept_uniforms", "ask_many", "tell_many"]
 
 
 def ask_many(sampler: Sampler[Any, Any], states: Sequence[Any], params: Any) -> list[Proposal]:
-    """``[sampler.ask(state, params) for state in states]``."""
+    """``[sampler.ask(state, params) for state in states]``, through the sampler's
+    ``ask_many`` when it has one (the same proposals)."""
+    if sampler.ask_many is not None:
+        return sampler.ask_many(states, params)
     ask = sampler.ask
     return [ask(state, params) for state in states]
 

@@ -38,6 +38,7 @@ __all__ = [
     "leapfrog_momenta",
     "leapfrog_momentum",
     "leapfrog_position",
+    "leapfrog_positions",
     "log_add_exp",
     "velocity",
 ]
@@ -111,17 +112,33 @@ def leapfrog_momenta(momenta: FloatArray, gradients: FloatArray, steps: FloatArr
     return out
 
 
+def leapfrog_positions(
+    positions: FloatArray, halves: FloatArray, steps: FloatArray, metrics: FloatArray
+) -> FloatArray:
+    """The new positions of :func:`leapfrog_position` for many chains at once, the same
+    bits: row ``i`` is ``positions[i] + steps[i] M_i^-1 halves[i]``, with ``halves`` from
+    :func:`leapfrog_momenta` and ``metrics`` as in :func:`kinetic_energies`."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        out: FloatArray = positions + steps[:, None] * _velocities(halves, metrics)
+    return out
+
+
+def _velocities(momenta: FloatArray, metrics: FloatArray) -> FloatArray:
+    """:func:`velocity` of many chains: rows of ``M_i^-1 p_i`` (see :func:`kinetic_energies`)."""
+    if metrics.ndim == 3:
+        out: FloatArray = np.add.reduce(np.multiply(metrics, momenta[:, None, :]), axis=-1)
+    else:
+        out = metrics * momenta
+    return out
+
+
 def kinetic_energies(momenta: FloatArray, metrics: FloatArray) -> FloatArray:
     """:func:`kinetic_energy` of many chains at once, the same bits: ``momenta`` of shape
     ``(k, d)``, ``metrics`` ``(k, d)`` (diagonal) or ``(k, d, d)`` (dense). Each row's
     products are added along the row's contiguous last axis, as :func:`core.arithmetic.dot`
     and :func:`~core.arithmetic.matvec` add a vector's, in numpy's pairwise order."""
     with np.errstate(over="ignore", invalid="ignore"):
-        if metrics.ndim == 3:
-            velocities = np.add.reduce(np.multiply(metrics, momenta[:, None, :]), axis=-1)
-        else:
-            velocities = metrics * momenta
-        values = 0.5 * np.add.reduce(np.multiply(momenta, velocities), axis=-1)
+        values = 0.5 * np.add.reduce(np.multiply(momenta, _velocities(momenta, metrics)), axis=-1)
     out: FloatArray = np.where(np.isfinite(values), values, math.inf)
     return out
 

@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 import numpy as np
+import numpy.typing as npt
 
 from kameleon.core.arithmetic import exp1, log1
 from kameleon.core.base import (
@@ -76,6 +77,7 @@ from kameleon.core.hamiltonian import (
     leapfrog_momenta,
     leapfrog_momentum,
     leapfrog_position,
+    leapfrog_positions,
     log_add_exp,
 )
 from kameleon.core.rng import Stream, generator, substream
@@ -89,6 +91,7 @@ __all__ = [
     "State",
     "Trajectory",
     "ask",
+    "ask_many",
     "chain_floats",
     "checkpoint_range",
     "init",
@@ -374,6 +377,44 @@ def ask(state: State, params: Params) -> Proposal:
     if not np.isfinite(new).all():
         new = state.position  # an overflow: its tell ends the transition (a divergence)
     return Proposal(state.iteration + 1, "leapfrog", frozen_array(new), 0.0, state.step)
+
+
+def ask_many(states: Sequence[State], params: Params) -> list[Proposal]:
+    """``[ask(s, params) for s in states]``, bit for bit, with the leapfrog points of all
+    the chains between two points of their trees computed at once
+    (:func:`core.hamiltonian.leapfrog_positions`)."""
+    out: list[Proposal | None] = [None] * len(states)
+    moving: list[int] = []
+    ends: list[Point] = []
+    steps: list[float] = []
+    for i, state in enumerate(states):
+        if state.logdensity is None or state.check.pending:
+            out[i] = ask(state, params)  # its initial point or its gradient check
+            continue
+        tree = _begin(state, params)
+        moving.append(i)
+        steps.append(_direction(state, params, tree.depth) * state.step_size)
+        ends.append(tree.right if steps[-1] > 0 else tree.left)
+    if moving:
+        eps = np.array(steps)
+        halves = leapfrog_momenta(
+            np.array([e.momentum for e in ends]), np.array([e.gradient for e in ends]), eps
+        )
+        metrics = [states[i].metric for i in moving]
+        positions = np.array([e.position for e in ends])
+        if len({m.shape for m in metrics}) == 1:
+            news = leapfrog_positions(positions, halves, eps, np.array(metrics))
+        else:  # not from one session: each chain's own
+            news = np.array(
+                [leapfrog_position(q, e.momentum, e.gradient, h, m)[0]
+                 for q, e, h, m in zip(positions, ends, steps, metrics, strict=True)]
+            )  # fmt: skip
+        finite: npt.NDArray[np.bool_] = np.all(np.isfinite(news), axis=1)
+        for j, i in enumerate(moving):
+            state = states[i]
+            new = news[j] if finite[j] else state.position  # an overflow, as ask hands out
+            out[i] = Proposal(state.iteration + 1, "leapfrog", frozen_array(new), 0.0, state.step)
+    return [o for o in out if o is not None]
 
 
 def tell(
@@ -706,6 +747,7 @@ SAMPLER: Sampler[State, Params] = Sampler(
     make_params=make_params,
     init=init,
     ask=ask,
+    ask_many=ask_many,
     tell=tell,
     chain_floats=chain_floats,
     metropolis_adapt=None,

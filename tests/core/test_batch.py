@@ -196,7 +196,11 @@ def _nuts_run(params: Any, rounds: int, *, batched: bool) -> tuple[list[list[Any
     in_place = 0
     for r in range(rounds):
         batch = [c for c in range(CHAINS) if r >= c * STAGGER]
-        proposals = ask_many(sampler, [states[c] for c in batch], params)
+        chosen = [states[c] for c in batch]
+        if batched:
+            proposals = ask_many(sampler, chosen, params)
+        else:
+            proposals = [nuts.ask(s, params) for s in chosen]
         in_place += sum(
             p.kind == "leapfrog" and p.position.tobytes() == states[c].position.tobytes()
             for c, p in zip(batch, proposals, strict=True)
@@ -206,7 +210,6 @@ def _nuts_run(params: Any, rounds: int, *, batched: bool) -> tuple[list[list[Any
                 _finite_or_outside(_value(c, p)) for c, p in zip(batch, proposals, strict=True)
             ]
         grads = [_gradient(np.asarray(p.position)) for p in proposals]
-        chosen = [states[c] for c in batch]
         if batched:
             told = tell_many(sampler, chosen, params, proposals, values, gradients=grads)
         else:
@@ -214,8 +217,8 @@ def _nuts_run(params: Any, rounds: int, *, batched: bool) -> tuple[list[list[Any
                 nuts.tell_gradient(s, params, p, v, g)
                 for s, p, v, g in zip(chosen, proposals, values, grads, strict=True)
             ]
-        for c, (state, info) in zip(batch, told, strict=True):
-            got[c].append((state, info))
+        for c, p, (state, info) in zip(batch, proposals, told, strict=True):
+            got[c].append((state, info, p))
             states[c] = reset(state, np.zeros(DIM)) if info.outcome == "outside_support" else state
     return got, in_place
 
@@ -233,15 +236,17 @@ def _nuts_run(params: Any, rounds: int, *, batched: bool) -> tuple[list[list[Any
     ],
     ids=["diag", "dense-checked", "unit-shallow", "diverging", "overflowing"],
 )
-def test_nuts_tell_many_equals_tell_chain_by_chain(options: dict[str, Any]) -> None:
-    """nuts' batched tell (``tell_gradient_many``) over whole runs, chains at different
-    iterations, tree depths and leaves in one batch, gradient checks, initial points
-    told ``-inf`` and leapfrog points outside the support, across warm-up."""
+def test_nuts_batched_equals_chain_by_chain(options: dict[str, Any]) -> None:
+    """nuts' batched ask and tell (``ask_many``, ``tell_gradient_many``) give the
+    proposals and steps of ``ask`` and ``tell_gradient`` chain by chain, over whole
+    runs: chains at different iterations, tree depths and leaves in one batch, gradient
+    checks, initial points told ``-inf`` and leapfrog points outside the support, across
+    warm-up."""
     warmup, rounds = 30, 400
     params = nuts.make_params(DIM, options, warmup=warmup)
     expected, _ = _nuts_run(params, rounds, batched=False)
     got, in_place = _nuts_run(params, rounds, batched=True)
-    infos = [info for history in got for _, info in history]
+    infos = [info for history in got for _, info, _ in history]
     outcomes = {i.outcome for i in infos}
     assert {"initialized", "outside_support", "rejected"} <= outcomes
     assert any(i.iteration > warmup for i in infos)
@@ -249,18 +254,19 @@ def test_nuts_tell_many_equals_tell_chain_by_chain(options: dict[str, Any]) -> N
         assert in_place > 0
     else:
         assert {"accepted", "step"} <= outcomes
-        assert len({s.tree_depth for history in got for s, _ in history}) > 1
+        assert len({s.tree_depth for history in got for s, _, _ in history}) > 1
     for c in range(CHAINS):
         assert len(got[c]) == len(expected[c])
         for i, (a, b) in enumerate(zip(expected[c], got[c], strict=True)):
             _assert_identical(a, b, f"chain {c}, tell {i}")
             _writeable(a[0], b[0], f"chain {c}, tell {i}")
     if options.get("step_size") == 1.7:
-        assert any(s.diverging for history in got for s, _ in history)
+        assert any(s.diverging for history in got for s, _, _ in history)
 
 
 def test_nuts_takes_the_batched_path() -> None:
     assert nuts.SAMPLER.tell_gradient_many is nuts.tell_gradient_many
+    assert nuts.SAMPLER.ask_many is nuts.ask_many
 
 
 def test_nuts_tell_many_refuses_as_the_first_failing_tell() -> None:

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, Protocol, TypeVar
@@ -189,20 +190,25 @@ class ChainState:
         sampler's state has no init-only fields, and one with a ``__post_init__`` goes
         through ``replace``), about twice as fast, which counts at every transition."""
         cls = type(self)
-        names = _FIELDS.get(cls)
-        if names is None:
-            names = _FIELDS[cls] = tuple(f.name for f in dataclasses.fields(self))
+        fields = _FIELDS.get(cls)
+        if fields is None:
+            names = tuple(f.name for f in dataclasses.fields(self))
+            fields = _FIELDS[cls] = (names, frozenset(names), operator.attrgetter(*names))
+        names, known, values = fields
         if hasattr(cls, "__post_init__"):  # a state that checks itself: let it
             return dataclasses.replace(self, **changes)
-        if not changes.keys() <= set(names):
-            raise TypeError(f"{cls.__name__} has no field {sorted(changes.keys() - set(names))}")
+        if not changes.keys() <= known:
+            raise TypeError(f"{cls.__name__} has no field {sorted(changes.keys() - known)}")
         new = object.__new__(cls)
-        for name in names:
-            object.__setattr__(new, name, changes[name] if name in changes else getattr(self, name))
+        set_field = object.__setattr__
+        for name, value in zip(names, values(self), strict=True):  # all of them at once
+            set_field(new, name, value)
+        for name, value in changes.items():
+            set_field(new, name, value)
         return new
 
 
-_FIELDS: dict[type, tuple[str, ...]] = {}
+_FIELDS: dict[type, tuple[tuple[str, ...], frozenset[str], Callable[[Any], tuple[Any, ...]]]] = {}
 
 
 class ChainParams(Protocol):

@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import numpy.typing as npt
 
 from kameleon.core.arithmetic import cholesky, dot, exp1, log1, matvec, solve_upper
 from kameleon.core.base import FloatArray
@@ -40,6 +41,7 @@ __all__ = [
     "leapfrog_position",
     "leapfrog_positions",
     "log_add_exp",
+    "turnings",
     "velocity",
 ]
 
@@ -157,6 +159,25 @@ def is_turning(
     right = dot(velocity(momentum_right, metric), momentum_sum)
     # Not a number (an overflowed sum) turns: the trajectory ends rather than goes on.
     return not (left > 0.0 and right > 0.0)
+
+
+def turnings(
+    momenta_left: FloatArray,
+    momenta_right: FloatArray,
+    momentum_sums: FloatArray,
+    metrics: FloatArray,
+) -> npt.NDArray[np.bool_]:
+    """:func:`is_turning` of many tests at once, the same answers: row ``i`` of each
+    array is a test, ``metrics`` as in :func:`kinetic_energies`."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        left = np.add.reduce(
+            np.multiply(_velocities(momenta_left, metrics), momentum_sums), axis=-1
+        )
+        right = np.add.reduce(
+            np.multiply(_velocities(momenta_right, metrics), momentum_sums), axis=-1
+        )
+    out: npt.NDArray[np.bool_] = ~((left > 0.0) & (right > 0.0))
+    return out
 
 
 def log_add_exp(a: float, b: float) -> float:

@@ -39,7 +39,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -79,6 +79,7 @@ from kameleon.core.hamiltonian import (
     leapfrog_position,
     leapfrog_positions,
     log_add_exp,
+    turnings,
 )
 from kameleon.core.rng import Stream, generator, substream
 from kameleon.core.serialization import register
@@ -484,17 +485,78 @@ def tell_gradient_many(
             kinetic = kinetic_energies(momenta, np.array(metrics)).tolist()
         else:  # not from one session: each chain's own
             kinetic = [kinetic_energy(p, m) for p, m in zip(momenta, metrics, strict=True)]
+        news: list[FloatArray] = []
+        finites: list[bool] = []
+        energies: list[float] = []
         for j, i in enumerate(leapfrog):
-            state, tree, step, value = states[i], trees[j], steps[j], float(logdensities[i])
+            state, value = states[i], float(logdensities[i])
             new = proposals[i].position
             if new.tobytes() == state.position.tobytes():  # as _told_point: computed again
-                new, _, _ = _next_point(state, params, tree)
-            momentum, energy = halves[j].copy(), math.inf
-            if np.isfinite(new).all() and value != -math.inf:
-                momentum = momenta[j].copy()
-                energy = -value + kinetic[j]
-            out[i] = _grow(state, params, tree, new, momentum, told[j], value, energy, step)
+                new, _, _ = _next_point(state, params, trees[j])
+            finite = bool(np.isfinite(new).all()) and value != -math.inf
+            news.append(new)
+            finites.append(finite)
+            energies.append(-value + kinetic[j] if finite else math.inf)
+        with np.errstate(over="ignore", invalid="ignore"):
+            sums = np.array([t.momentum_sum for t in trees]) + momenta
+        # The U-turn tests of every chain's tree at once.
+        owners: list[tuple[int, int]] = []
+        checks: list[_Check] = []
+        for j, tree in enumerate(trees):
+            if energies[j] - tree.energy0 <= DIVERGENCE:  # else not tested: a divergence
+                for kind, tests in enumerate(
+                    _turn_checks(params, tree, momenta[j], sums[j], steps[j] > 0)
+                ):
+                    for check in tests:
+                        owners.append((j, kind))
+                        checks.append(check)
+        turns = [[False, False] for _ in trees]
+        if checks:
+            a, b, rho = (np.array(c) for c in zip(*checks, strict=True))
+            chain_metrics = np.array([metrics[j] for j, _ in owners])
+            for (j, kind), turning in zip(
+                owners, turnings(a, b, rho, chain_metrics).tolist(), strict=True
+            ):
+                turns[j][kind] = turns[j][kind] or turning
+        for j, i in enumerate(leapfrog):
+            state, value, energy = states[i], float(logdensities[i]), energies[j]
+            momentum = momenta[j].copy() if finites[j] else halves[j].copy()
+            out[i] = _grow(
+                state, params, trees[j], news[j], momentum, told[j], value, energy, steps[j],
+                sums[j].copy(), (turns[j][0], turns[j][1]),
+            )  # fmt: skip
     return [o for o in out if o is not None]
+
+
+def _turn_checks(
+    params: Params, tree: Trajectory, momentum: FloatArray, momentum_sum: FloatArray, forward: bool
+) -> tuple[list[_Check], list[_Check]]:
+    """The U-turn tests that :func:`_grow` makes when the point with ``momentum`` joins
+    ``tree`` (``momentum_sum`` the tree's with it added): those of the subtrees the point
+    closes, and those of the merged trajectory when its subtree completes the tree
+    short of ``max_tree_depth``; all of them (``_grow`` stops at the first that turns)."""
+    subtree: list[_Check] = []
+    merged: list[_Check] = []
+    if tree.leaf % 2:
+        lo, hi = checkpoint_range(tree.leaf)
+        subtree.extend(
+            _subtree_checks(
+                tree.checkpoint_momentum, tree.checkpoint_sum, tree.checkpoint_previous,
+                lo, hi, momentum, momentum_sum,
+            )
+        )  # fmt: skip
+    if tree.leaf + 1 == 1 << tree.depth and tree.depth + 1 < params.max_tree_depth:
+        if tree.leaf == 0:  # the subtree is this point: its checkpoint is the point's
+            first, first_sum = momentum, momentum_sum
+            inner = tree.right.momentum if forward else tree.left.momentum
+        else:
+            first, first_sum = tree.checkpoint_momentum[0], tree.checkpoint_sum[0]
+            inner = tree.checkpoint_previous[0]
+        left, right = (tree.left.momentum, momentum) if forward else (momentum, tree.right.momentum)
+        merged.extend(
+            _merged_checks(tree, forward, left, right, momentum_sum, first, first_sum, inner)
+        )
+    return subtree, merged
 
 
 def _leapfrog_told(state: State, proposal: Proposal) -> bool:
@@ -535,10 +597,16 @@ def _grow(
     logdensity: float,
     energy: float,
     eps: float,
+    momentum_sum: FloatArray | None = None,
+    turns: tuple[bool, bool] | None = None,
 ) -> tuple[State, StepInfo]:
     """The tree with the told point ``new`` (its momentum after the leapfrog step, the
     told gradient and log density, the Hamiltonian there, ``inf`` when the point or its
-    log density is not finite) added at the end that step ``eps`` went from."""
+    log density is not finite) added at the end that step ``eps`` went from.
+
+    ``momentum_sum`` (the tree's with ``momentum`` added) and ``turns`` (whether the
+    subtrees the point closes turn, whether the merged trajectory turns, where the tree
+    asks: :func:`_turn_checks`), when they are computed already."""
     t = state.iteration + 1
     common = {"step": state.step + 1, "evaluations": state.evaluations + 1}
     points = tree.points + 1
@@ -567,7 +635,7 @@ def _grow(
         sub_sample = point if take else tree.subtree_sample
     forward = eps > 0
     left, right = (tree.left, point) if forward else (point, tree.right)
-    momentum_sum = _frozen(tree.momentum_sum + momentum)
+    momentum_sum = _frozen(tree.momentum_sum + momentum if momentum_sum is None else momentum_sum)
     # The U-turns within the subtree that this point closes (NumPyro's checkpoints,
     # with Stan's checks across the halves of each subtree).
     ckpt_momentum, ckpt_sum = tree.checkpoint_momentum, tree.checkpoint_sum
@@ -580,8 +648,12 @@ def _grow(
             _frozen(_with_row(ckpt_sum, hi, momentum_sum)),
             _frozen(_with_row(ckpt_previous, hi, previous)),
         )
-    elif _subtree_turns(
-        ckpt_momentum, ckpt_sum, ckpt_previous, lo, hi, momentum, momentum_sum, state.metric
+    elif (
+        turns[0]
+        if turns is not None
+        else _subtree_turns(
+            ckpt_momentum, ckpt_sum, ckpt_previous, lo, hi, momentum, momentum_sum, state.metric
+        )
     ):
         return _end(state, params, t, tree, points, accept_sum, depth, False, **common)
     leaf = tree.leaf + 1
@@ -593,9 +665,13 @@ def _grow(
         if log1(uniforms[1]) < sub_log_w - log_weight:
             sample, moved = sub_sample, True
         log_weight = log_add_exp(log_weight, sub_log_w)
-        done = depth >= params.max_tree_depth or _merged_turns(
-            tree, forward, left, right, momentum_sum, ckpt_momentum, ckpt_sum, ckpt_previous,
-            state.metric,
+        done = depth >= params.max_tree_depth or (
+            turns[1]
+            if turns is not None
+            else _merged_turns(
+                tree, forward, left, right, momentum_sum, ckpt_momentum, ckpt_sum,
+                ckpt_previous, state.metric,
+            )
         )  # fmt: skip
         grown = Trajectory(
             left, right, sample, moved, sub_sample, momentum_sum, ckpt_momentum, ckpt_sum,
@@ -625,6 +701,10 @@ def _with_row(a: FloatArray, i: int, row: FloatArray) -> FloatArray:
     return out
 
 
+#: A U-turn test: the momenta at a stretch's two ends and the sum of its momenta.
+_Check = tuple[FloatArray, FloatArray, FloatArray]
+
+
 def _subtree_turns(
     ckpt_momentum: FloatArray,
     ckpt_sum: FloatArray,
@@ -635,22 +715,33 @@ def _subtree_turns(
     momentum_sum: FloatArray,
     metric: FloatArray,
 ) -> bool:
-    """Whether one of the subtrees that the point with ``momentum`` closes turns: the
+    """Whether one of the subtrees that the point with ``momentum`` closes turns
+    (:func:`_subtree_checks`, tested in turn until one turns)."""
+    checks = _subtree_checks(ckpt_momentum, ckpt_sum, ckpt_previous, lo, hi, momentum, momentum_sum)
+    return any(is_turning(a, b, rho, metric) for a, b, rho in checks)
+
+
+def _subtree_checks(
+    ckpt_momentum: FloatArray,
+    ckpt_sum: FloatArray,
+    ckpt_previous: FloatArray,
+    lo: int,
+    hi: int,
+    momentum: FloatArray,
+    momentum_sum: FloatArray,
+) -> Iterator[_Check]:
+    """The U-turn tests of the subtrees that the point with ``momentum`` closes: the
     one starting at checkpoint ``i`` (for ``i`` from ``hi`` down to ``lo``), and, as Stan
     checks, its left half with the right half's first point, and its right half with
     the left half's last point (the right half starts at checkpoint ``i + 1``)."""
     for i in range(hi, lo - 1, -1):
         start = ckpt_momentum[i]
-        if is_turning(start, momentum, momentum_sum - ckpt_sum[i] + start, metric):
-            return True
+        yield start, momentum, momentum_sum - ckpt_sum[i] + start
         if i < hi:
             middle, before = ckpt_momentum[i + 1], ckpt_previous[i + 1]
-            if is_turning(start, middle, ckpt_sum[i + 1] - ckpt_sum[i] + start, metric):
-                return True
+            yield start, middle, ckpt_sum[i + 1] - ckpt_sum[i] + start
             right = momentum_sum - ckpt_sum[i + 1] + middle
-            if is_turning(before, momentum, right + before, metric):
-                return True
-    return False
+            yield before, momentum, right + before
 
 
 def _merged_turns(
@@ -664,18 +755,35 @@ def _merged_turns(
     ckpt_previous: FloatArray,
     metric: FloatArray,
 ) -> bool:
-    """Whether the trajectory, its completed subtree merged in, turns: as a whole, and
-    (Stan's checks) the old part with the subtree's first point, the subtree with the
-    old part's last point."""
-    if is_turning(left.momentum, right.momentum, momentum_sum, metric):
-        return True
-    first, inner = ckpt_momentum[0], ckpt_previous[0]
-    old_sum = ckpt_sum[0] - first
+    """Whether the trajectory, its completed subtree merged in, turns
+    (:func:`_merged_checks`, tested in turn until one turns)."""
+    checks = _merged_checks(
+        tree, forward, left.momentum, right.momentum, momentum_sum,
+        ckpt_momentum[0], ckpt_sum[0], ckpt_previous[0],
+    )  # fmt: skip
+    return any(is_turning(a, b, rho, metric) for a, b, rho in checks)
+
+
+def _merged_checks(
+    tree: Trajectory,
+    forward: bool,
+    left: FloatArray,
+    right: FloatArray,
+    momentum_sum: FloatArray,
+    first: FloatArray,
+    first_sum: FloatArray,
+    inner: FloatArray,
+) -> Iterator[_Check]:
+    """The U-turn tests of the trajectory, its completed subtree merged in, from the
+    momenta ``left`` and ``right`` at its ends: as a whole, and (Stan's checks) the old
+    part with the subtree's first point, the subtree with the old part's last point
+    (``first``, ``first_sum`` and ``inner``: the subtree's first checkpoint)."""
+    yield left, right, momentum_sum
+    old_sum = first_sum - first
     outer = tree.left.momentum if forward else tree.right.momentum
-    if is_turning(outer, first, old_sum + first, metric):
-        return True
-    new_end = right.momentum if forward else left.momentum
-    return is_turning(inner, new_end, momentum_sum - old_sum + inner, metric)
+    yield outer, first, old_sum + first
+    new_end = right if forward else left
+    yield inner, new_end, momentum_sum - old_sum + inner
 
 
 def _end(

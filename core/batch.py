@@ -13,13 +13,17 @@ different iterations, in warm-up or past it, waiting for their initial point, or
 ``-inf``.
 
 A sampler takes part by giving its record (:class:`core.base.Sampler`) the adaptation its
-``tell`` hands to :func:`core.base.metropolis_tell`, as ``metropolis_adapt``; the others (the kernel
-samplers, whose iterations cost 100 us or more of their own arithmetic) are stepped
-chain by chain here, with the same results.
+``tell`` hands to :func:`core.base.metropolis_tell`, as ``metropolis_adapt``, or batched
+parts of its own: ``tell_gradient_many`` and ``ask_many`` (``nuts``, whose leapfrog
+points each cost a tell of small-vector arithmetic: its chains' half-steps, kinetic
+energies and U-turn tests are computed as arrays, its trees' bookkeeping chain by
+chain); the others (the kernel samplers, whose iterations cost 100 us or more of their
+own arithmetic) are stepped chain by chain here, with the same results.
 
 The proposals' normals are not batched: numpy's ziggurat draws them, with a rejection
 step and tables of its own, and computing them as arrays equal to its per-chain output
-would mean reimplementing it. Each chain's proposal comes from its own ``ask``.
+would mean reimplementing it. Each chain's proposal comes from its own ``ask`` (``nuts``:
+its momentum at a transition's start; its leapfrog points are arithmetic on the tree).
 """
 
 from __future__ import annotations

@@ -448,10 +448,11 @@ def tell_gradient_many(
     gradients: Sequence[FloatArray | None],
 ) -> list[tuple[State, StepInfo]]:
     """``[tell_gradient(s, params, p, v, g) for ...]``, bit for bit, with the leapfrog
-    points' second half-steps and kinetic energies of all the chains computed at once
-    (:func:`core.hamiltonian.leapfrog_momenta`, :func:`~core.hamiltonian.kinetic_energies`):
-    what is left per chain is its tree's bookkeeping. Raises as the first failing
-    per-chain tell would, and then tells nothing."""
+    points' second half-steps, kinetic energies, momentum sums and U-turn tests of all
+    the chains computed at once (:func:`core.hamiltonian.leapfrog_momenta`,
+    :func:`~core.hamiltonian.kinetic_energies`, :func:`~core.hamiltonian.turnings`):
+    what is left per chain is its tree's bookkeeping (:func:`_grow`, as the one-chain
+    tell). Raises as the first failing per-chain tell would, and then tells nothing."""
     out: list[tuple[State, StepInfo] | None] = [None] * len(states)
     leapfrog: list[int] = []
     told: list[FloatArray] = []

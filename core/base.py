@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, Literal, Protocol, TypeVar
@@ -75,6 +76,7 @@ __all__ = [
     "StepInfo",
     "TellDraw",
     "TellGradient",
+    "TellGradientMany",
     "TellParts",
     "accept_or_reject",
     "check_tell",
@@ -188,20 +190,25 @@ class ChainState:
         sampler's state has no init-only fields, and one with a ``__post_init__`` goes
         through ``replace``), about twice as fast, which counts at every transition."""
         cls = type(self)
-        names = _FIELDS.get(cls)
-        if names is None:
-            names = _FIELDS[cls] = tuple(f.name for f in dataclasses.fields(self))
+        fields = _FIELDS.get(cls)
+        if fields is None:
+            names = tuple(f.name for f in dataclasses.fields(self))
+            fields = _FIELDS[cls] = (names, frozenset(names), operator.attrgetter(*names))
+        names, known, values = fields
         if hasattr(cls, "__post_init__"):  # a state that checks itself: let it
             return dataclasses.replace(self, **changes)
-        if not changes.keys() <= set(names):
-            raise TypeError(f"{cls.__name__} has no field {sorted(changes.keys() - set(names))}")
+        if not changes.keys() <= known:
+            raise TypeError(f"{cls.__name__} has no field {sorted(changes.keys() - known)}")
         new = object.__new__(cls)
-        for name in names:
-            object.__setattr__(new, name, changes[name] if name in changes else getattr(self, name))
+        set_field = object.__setattr__
+        for name, value in zip(names, values(self), strict=True):  # all of them at once
+            set_field(new, name, value)
+        for name, value in changes.items():
+            set_field(new, name, value)
         return new
 
 
-_FIELDS: dict[type, tuple[str, ...]] = {}
+_FIELDS: dict[type, tuple[tuple[str, ...], frozenset[str], Callable[[Any], tuple[Any, ...]]]] = {}
 
 
 class ChainParams(Protocol):
@@ -254,6 +261,13 @@ of the accept stream for the adaptation coin."""
 
 
 TellGradient = Callable[[S, P, Proposal, float, FloatArray], tuple[S, StepInfo]]
+
+TellGradientMany = Callable[
+    [Sequence[S], P, Sequence[Proposal], Sequence[float], Sequence[FloatArray | None]],
+    list[tuple[S, StepInfo]],
+]
+"""Many chains' ``tell_gradient`` at once: ``tell_gradient_many(states, params, proposals,
+logdensities, gradients)``, the same results bit for bit (:func:`core.batch.tell_many`)."""
 """A gradient sampler's tell: ``tell_gradient(state, params, proposal, logdensity,
 gradient)``."""
 
@@ -327,6 +341,10 @@ class Sampler(Generic[S, P]):
         Its options' and its chains' frozen dataclasses.
     make_params, init, ask, tell
         The ask/tell interface.
+    ask_many
+        ``ask_many(states, params)``: many chains' ``ask`` in one call, the same
+        proposals bit for bit, which :func:`core.batch.ask_many` uses when the sampler
+        has it (``nuts``: its chains' leapfrog points as arrays); ``None``: chain by chain.
     chain_floats
         ``chain_floats(dim, params)``: the floats one chain keeps and works with, at most
         (:mod:`core.memory` turns them into bytes, for the budgets).
@@ -349,6 +367,11 @@ class Sampler(Generic[S, P]):
         ``tell_gradient(state, params, proposal, logdensity, gradient)``: ``tell`` for a
         sampler that needs the gradient at each point (``evaluation.gradient``), which
         its ``tell`` then refuses to go without. :func:`tell_one` picks the one to call.
+    tell_gradient_many
+        ``tell_gradient_many(states, params, proposals, logdensities, gradients)``: many
+        chains' ``tell_gradient`` in one call, the same results bit for bit, which
+        :func:`core.batch.tell_many` uses when the sampler has it (``nuts``: its chains'
+        leapfrog arithmetic as arrays); ``None``: chain by chain.
     tell_parts
         ``tell_parts(state, params, proposal, parts)``: ``tell`` for a sampler told its
         target in parts (``evaluation.parts``, :class:`Parts`).
@@ -423,11 +446,13 @@ class Sampler(Generic[S, P]):
     make_params: MakeParams[P]
     init: Callable[..., S]
     ask: Callable[[S, P], Proposal]
+    ask_many: Callable[[Sequence[S], P], list[Proposal]] | None = None
     tell: Callable[[S, P, Proposal, float], tuple[S, StepInfo]]
     chain_floats: Callable[[int, P], int]
     metropolis_adapt: Adapt[S, P] | None = None
     evaluation: Evaluation = Evaluation()
     tell_gradient: TellGradient[S, P] | None = None
+    tell_gradient_many: TellGradientMany[S, P] | None = None
     tell_parts: TellParts[S, P] | None = None
     parts_value: Callable[[P, Parts], float] | None = None
     stats: tuple[str, ...] = ()

@@ -13,13 +13,17 @@ different iterations, in warm-up or past it, waiting for their initial point, or
 ``-inf``.
 
 A sampler takes part by giving its record (:class:`core.base.Sampler`) the adaptation its
-``tell`` hands to :func:`core.base.metropolis_tell`, as ``metropolis_adapt``; the others (the kernel
-samplers, whose iterations cost 100 us or more of their own arithmetic) are stepped
-chain by chain here, with the same results.
+``tell`` hands to :func:`core.base.metropolis_tell`, as ``metropolis_adapt``, or batched
+parts of its own: ``tell_gradient_many`` and ``ask_many`` (``nuts``, whose leapfrog
+points each cost a tell of small-vector arithmetic: its chains' half-steps, kinetic
+energies and U-turn tests are computed as arrays, its trees' bookkeeping chain by
+chain); the others (the kernel samplers, whose iterations cost 100 us or more of their
+own arithmetic) are stepped chain by chain here, with the same results.
 
 The proposals' normals are not batched: numpy's ziggurat draws them, with a rejection
 step and tables of its own, and computing them as arrays equal to its per-chain output
-would mean reimplementing it. Each chain's proposal comes from its own ``ask``.
+would mean reimplementing it. Each chain's proposal comes from its own ``ask`` (``nuts``:
+its momentum at a transition's start; its leapfrog points are arithmetic on the tree).
 """
 
 from __future__ import annotations
@@ -48,7 +52,10 @@ __all__ = ["accept_block", "accept_uniforms", "ask_many", "tell_many"]
 
 
 def ask_many(sampler: Sampler[Any, Any], states: Sequence[Any], params: Any) -> list[Proposal]:
-    """``[sampler.ask(state, params) for state in states]``."""
+    """``[sampler.ask(state, params) for state in states]``, through the sampler's
+    ``ask_many`` when it has one (the same proposals)."""
+    if sampler.ask_many is not None:
+        return sampler.ask_many(states, params)
     ask = sampler.ask
     return [ask(state, params) for state in states]
 
@@ -71,8 +78,8 @@ def tell_many(
     ``accept``: the two accept-stream uniforms of each chain told a proposal (not an
     initial point), in order, when the caller drew them already (:func:`accept_block`
     draws many iterations' at once); else they are drawn here. ``gradients``: the told
-    gradients, for a sampler that needs them (:func:`core.base.tell_one`), stepped
-    chain by chain; ``parts``: the told parts of the target, likewise, for a sampler
+    gradients, for a sampler that needs them (:func:`core.base.tell_one`), told through
+    its ``tell_gradient_many`` when it has one (``nuts``), else chain by chain; ``parts``: the told parts of the target, likewise, for a sampler
     told them (``sgld``); ``draws``: the client's draws at conditional proposals, for a
     sampler told them (``gibbs``), likewise.
 
@@ -99,6 +106,9 @@ def tell_many(
         ]
     if sampler.tell_gradient is not None:
         grads = gradients if gradients is not None else [None] * len(states)
+        if sampler.tell_gradient_many is not None:
+            values = [float(v) for v in logdensities]
+            return sampler.tell_gradient_many(states, params, proposals, values, grads)
         return [
             tell_one(sampler, s, params, p, float(v), g)
             for s, p, v, g in zip(states, proposals, logdensities, grads, strict=True)

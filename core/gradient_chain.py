@@ -89,7 +89,7 @@ def check_gradient(name: str, logdensity: float, gradient: object, dim: int) -> 
             f"{name}: the gradient must have {dim} values, shape ({dim},); the told one "
             f"has shape {g.shape}"
         )
-    if logdensity != -math.inf and not np.all(np.isfinite(g)):
+    if logdensity != -math.inf and not np.isfinite(g).all():
         bad = int(np.flatnonzero(~np.isfinite(g))[0])
         raise ValueError(
             f"{name}: the gradient is not finite (coordinate {bad} is {g[bad]!r}) where "

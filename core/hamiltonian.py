@@ -24,6 +24,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import numpy.typing as npt
 
 from kameleon.core.arithmetic import cholesky, dot, exp1, log1, matvec, solve_upper
 from kameleon.core.base import FloatArray
@@ -33,10 +34,14 @@ __all__ = [
     "draw_momentum",
     "half_momentum",
     "is_turning",
+    "kinetic_energies",
     "kinetic_energy",
+    "leapfrog_momenta",
     "leapfrog_momentum",
     "leapfrog_position",
+    "leapfrog_positions",
     "log_add_exp",
+    "turnings",
     "velocity",
 ]
 
@@ -99,6 +104,47 @@ def leapfrog_momentum(half: FloatArray, gradient: FloatArray, step: float) -> Fl
     return out
 
 
+def leapfrog_momenta(momenta: FloatArray, gradients: FloatArray, steps: FloatArray) -> FloatArray:
+    """:func:`half_momentum` (or :func:`leapfrog_momentum`) of many chains at once: row
+    ``i`` is ``momenta[i] + (steps[i] / 2) gradients[i]``, the same bits as the one-chain
+    function gives, for ``momenta`` and ``gradients`` of shape ``(k, d)`` and ``steps``
+    ``(k,)``."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        out: FloatArray = momenta + (0.5 * steps)[:, None] * gradients
+    return out
+
+
+def leapfrog_positions(
+    positions: FloatArray, halves: FloatArray, steps: FloatArray, metrics: FloatArray
+) -> FloatArray:
+    """The new positions of :func:`leapfrog_position` for many chains at once, the same
+    bits: row ``i`` is ``positions[i] + steps[i] M_i^-1 halves[i]``, with ``halves`` from
+    :func:`leapfrog_momenta` and ``metrics`` as in :func:`kinetic_energies`."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        out: FloatArray = positions + steps[:, None] * _velocities(halves, metrics)
+    return out
+
+
+def _velocities(momenta: FloatArray, metrics: FloatArray) -> FloatArray:
+    """:func:`velocity` of many chains: rows of ``M_i^-1 p_i`` (see :func:`kinetic_energies`)."""
+    if metrics.ndim == 3:
+        out: FloatArray = np.add.reduce(np.multiply(metrics, momenta[:, None, :]), axis=-1)
+    else:
+        out = metrics * momenta
+    return out
+
+
+def kinetic_energies(momenta: FloatArray, metrics: FloatArray) -> FloatArray:
+    """:func:`kinetic_energy` of many chains at once, the same bits: ``momenta`` of shape
+    ``(k, d)``, ``metrics`` ``(k, d)`` (diagonal) or ``(k, d, d)`` (dense). Each row's
+    products are added along the row's contiguous last axis, as :func:`core.arithmetic.dot`
+    and :func:`~core.arithmetic.matvec` add a vector's, in numpy's pairwise order."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        values = 0.5 * np.add.reduce(np.multiply(momenta, _velocities(momenta, metrics)), axis=-1)
+    out: FloatArray = np.where(np.isfinite(values), values, math.inf)
+    return out
+
+
 def is_turning(
     momentum_left: FloatArray,
     momentum_right: FloatArray,
@@ -113,6 +159,25 @@ def is_turning(
     right = dot(velocity(momentum_right, metric), momentum_sum)
     # Not a number (an overflowed sum) turns: the trajectory ends rather than goes on.
     return not (left > 0.0 and right > 0.0)
+
+
+def turnings(
+    momenta_left: FloatArray,
+    momenta_right: FloatArray,
+    momentum_sums: FloatArray,
+    metrics: FloatArray,
+) -> npt.NDArray[np.bool_]:
+    """:func:`is_turning` of many tests at once, the same answers: row ``i`` of each
+    array is a test, ``metrics`` as in :func:`kinetic_energies`."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        left = np.add.reduce(
+            np.multiply(_velocities(momenta_left, metrics), momentum_sums), axis=-1
+        )
+        right = np.add.reduce(
+            np.multiply(_velocities(momenta_right, metrics), momentum_sums), axis=-1
+        )
+    out: npt.NDArray[np.bool_] = ~((left > 0.0) & (right > 0.0))
+    return out
 
 
 def log_add_exp(a: float, b: float) -> float:

@@ -180,7 +180,16 @@ def to_jsonable(value: Any, memo: Memo | None = None, kept: Memo | None = None) 
                 memo[key] = seen
                 return seen[1]
         name, names = registered
-        doc = {"c": name, "v": {n: to_jsonable(getattr(value, n), memo, kept) for n in names}}
+        fields: dict[str, Any] = {}
+        for n in names:
+            v = getattr(value, n)
+            k = type(v)
+            # A scalar field is written as is, without a call (the same document).
+            if (k is float and math.isfinite(v)) or v is None or k is int or k is bool or k is str:
+                fields[n] = v
+            else:
+                fields[n] = to_jsonable(v, memo, kept)
+        doc = {"c": name, "v": fields}
         if memo is not None:
             memo[id(value)] = (value, doc)
         return doc
@@ -377,8 +386,13 @@ def encode(
         if field_name in cold_names:
             if with_cold:
                 cold[field_name] = to_jsonable(getattr(state, field_name), memo, kept)
+            continue
+        v = getattr(state, field_name)
+        k = type(v)
+        if (k is float and math.isfinite(v)) or v is None or k is int or k is bool or k is str:
+            hot[field_name] = v  # as to_jsonable writes it, without the call
         else:
-            hot[field_name] = to_jsonable(getattr(state, field_name), memo, kept)
+            hot[field_name] = to_jsonable(v, memo, kept)
     return {"c": name, "v": hot, "schema_version": SCHEMA_VERSION}, cold
 
 

@@ -37,11 +37,14 @@ place and its tell ends the transition as a divergence.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 import numpy as np
+import numpy.typing as npt
 
 from kameleon.core.arithmetic import exp1, log1
 from kameleon.core.base import (
@@ -69,10 +72,14 @@ from kameleon.core.hamiltonian import (
     draw_momentum,
     half_momentum,
     is_turning,
+    kinetic_energies,
     kinetic_energy,
+    leapfrog_momenta,
     leapfrog_momentum,
     leapfrog_position,
+    leapfrog_positions,
     log_add_exp,
+    turnings,
 )
 from kameleon.core.rng import Stream, generator, substream
 from kameleon.core.serialization import register
@@ -85,12 +92,14 @@ __all__ = [
     "State",
     "Trajectory",
     "ask",
+    "ask_many",
     "chain_floats",
     "checkpoint_range",
     "init",
     "make_params",
     "tell",
     "tell_gradient",
+    "tell_gradient_many",
 ]
 
 NAME = "nuts"
@@ -323,8 +332,16 @@ def _begin(state: State, params: Params) -> Trajectory:
 
 
 def _direction(state: State, params: Params, depth: int) -> float:
-    rng = generator(state.seed, state.chain, state.iteration + 1, Stream.MIX)
-    return 1.0 if float(rng.random(params.max_tree_depth)[depth]) < 0.5 else -1.0
+    """The direction of the transition's ``depth``-th doubling, ``1.0`` or ``-1.0``."""
+    return _directions(state.seed, state.chain, state.iteration + 1, params.max_tree_depth)[depth]
+
+
+@functools.lru_cache(maxsize=4096)
+def _directions(seed: int, chain: int, iteration: int, doublings: int) -> tuple[float, ...]:
+    """Every doubling's direction of a transition, from its mixture stream: drawn once,
+    not at each of the transition's asks and tells (a cache of a pure function)."""
+    draws: list[float] = generator(seed, chain, iteration, Stream.MIX).random(doublings).tolist()
+    return tuple(1.0 if u < 0.5 else -1.0 for u in draws)
 
 
 def _next_point(
@@ -358,9 +375,47 @@ def ask(state: State, params: Params) -> Proposal:
     if checking is not None:
         return checking
     new, _, _ = _next_point(state, params, _begin(state, params))
-    if not np.all(np.isfinite(new)):
+    if not np.isfinite(new).all():
         new = state.position  # an overflow: its tell ends the transition (a divergence)
     return Proposal(state.iteration + 1, "leapfrog", frozen_array(new), 0.0, state.step)
+
+
+def ask_many(states: Sequence[State], params: Params) -> list[Proposal]:
+    """``[ask(s, params) for s in states]``, bit for bit, with the leapfrog points of all
+    the chains between two points of their trees computed at once
+    (:func:`core.hamiltonian.leapfrog_positions`)."""
+    out: list[Proposal | None] = [None] * len(states)
+    moving: list[int] = []
+    ends: list[Point] = []
+    steps: list[float] = []
+    for i, state in enumerate(states):
+        if state.logdensity is None or state.check.pending:
+            out[i] = ask(state, params)  # its initial point or its gradient check
+            continue
+        tree = _begin(state, params)
+        moving.append(i)
+        steps.append(_direction(state, params, tree.depth) * state.step_size)
+        ends.append(tree.right if steps[-1] > 0 else tree.left)
+    if moving:
+        eps = np.array(steps)
+        halves = leapfrog_momenta(
+            np.array([e.momentum for e in ends]), np.array([e.gradient for e in ends]), eps
+        )
+        metrics = [states[i].metric for i in moving]
+        positions = np.array([e.position for e in ends])
+        if len({m.shape for m in metrics}) == 1:
+            news = leapfrog_positions(positions, halves, eps, np.array(metrics))
+        else:  # not from one session: each chain's own
+            news = np.array(
+                [leapfrog_position(q, e.momentum, e.gradient, h, m)[0]
+                 for q, e, h, m in zip(positions, ends, steps, metrics, strict=True)]
+            )  # fmt: skip
+        finite: npt.NDArray[np.bool_] = np.all(np.isfinite(news), axis=1)
+        for j, i in enumerate(moving):
+            state = states[i]
+            new = news[j] if finite[j] else state.position  # an overflow, as ask hands out
+            out[i] = Proposal(state.iteration + 1, "leapfrog", frozen_array(new), 0.0, state.step)
+    return [o for o in out if o is not None]
 
 
 def tell(
@@ -373,30 +428,189 @@ def tell_gradient(
     state: State, params: Params, proposal: Proposal, logdensity: float, gradient: FloatArray
 ) -> tuple[State, StepInfo]:
     g = check_gradient(NAME, logdensity, gradient, state.position.size)
-    if proposal.kind == "gradient_check":
-        new_state, info = check_tell(state, proposal, logdensity, g)
-        return new_state.evolve(evaluations=state.evaluations + 1), info
-    if state.logdensity is None:
-        if proposal.kind != "init" or proposal.iteration != state.iteration:
-            raise ValueError("proposal does not belong to this state")
-        idle = dataclasses.replace(state.trajectory, points=0)
-        return tell_initial_gradient(state, params, logdensity, g, trajectory=idle)
-    t = state.iteration + 1
+    if not _leapfrog_told(state, proposal):
+        return _tell_not_leapfrog(state, params, proposal, logdensity, g)
+    tree = _begin(state, params)
+    new, half, eps = _told_point(state, params, tree, proposal.position)
+    energy = math.inf
+    momentum = half
+    if np.isfinite(new).all() and logdensity != -math.inf:
+        momentum = leapfrog_momentum(half, g, eps)
+        energy = -float(logdensity) + kinetic_energy(momentum, state.metric)
+    return _grow(state, params, tree, new, momentum, g, logdensity, energy, eps)
+
+
+def tell_gradient_many(
+    states: Sequence[State],
+    params: Params,
+    proposals: Sequence[Proposal],
+    logdensities: Sequence[float],
+    gradients: Sequence[FloatArray | None],
+) -> list[tuple[State, StepInfo]]:
+    """``[tell_gradient(s, params, p, v, g) for ...]``, bit for bit, with the leapfrog
+    points' second half-steps, kinetic energies, momentum sums and U-turn tests of all
+    the chains computed at once (:func:`core.hamiltonian.leapfrog_momenta`,
+    :func:`~core.hamiltonian.kinetic_energies`, :func:`~core.hamiltonian.turnings`):
+    what is left per chain is its tree's bookkeeping (:func:`_grow`, as the one-chain
+    tell). Raises as the first failing per-chain tell would, and then tells nothing."""
+    out: list[tuple[State, StepInfo] | None] = [None] * len(states)
+    leapfrog: list[int] = []
+    told: list[FloatArray] = []
+    for i, (state, proposal, value, gradient) in enumerate(
+        zip(states, proposals, logdensities, gradients, strict=True)
+    ):
+        if gradient is None:
+            raise ValueError(f"{NAME} needs the gradient of the log density at every point")
+        g = check_gradient(NAME, value, gradient, state.position.size)
+        if _leapfrog_told(state, proposal):
+            leapfrog.append(i)
+            told.append(g)
+        else:
+            out[i] = _tell_not_leapfrog(state, params, proposal, value, g)
+    if leapfrog:
+        trees = [_begin(states[i], params) for i in leapfrog]
+        steps: list[float] = []
+        ends: list[Point] = []
+        for i, tree in zip(leapfrog, trees, strict=True):
+            state = states[i]
+            steps.append(_direction(state, params, tree.depth) * state.step_size)
+            ends.append(tree.right if steps[-1] > 0 else tree.left)
+        eps = np.array(steps)
+        grads = np.array(told)
+        halves = leapfrog_momenta(
+            np.array([e.momentum for e in ends]), np.array([e.gradient for e in ends]), eps
+        )
+        momenta = leapfrog_momenta(halves, grads, eps)
+        metrics = [states[i].metric for i in leapfrog]
+        if len({m.shape for m in metrics}) == 1:
+            kinetic = kinetic_energies(momenta, np.array(metrics)).tolist()
+        else:  # not from one session: each chain's own
+            kinetic = [kinetic_energy(p, m) for p, m in zip(momenta, metrics, strict=True)]
+        news: list[FloatArray] = []
+        finites: list[bool] = []
+        energies: list[float] = []
+        for j, i in enumerate(leapfrog):
+            state, value = states[i], float(logdensities[i])
+            new = proposals[i].position
+            if new.tobytes() == state.position.tobytes():  # as _told_point: computed again
+                new, _, _ = _next_point(state, params, trees[j])
+            finite = bool(np.isfinite(new).all()) and value != -math.inf
+            news.append(new)
+            finites.append(finite)
+            energies.append(-value + kinetic[j] if finite else math.inf)
+        with np.errstate(over="ignore", invalid="ignore"):
+            sums = np.array([t.momentum_sum for t in trees]) + momenta
+        # The U-turn tests of every chain's tree at once.
+        owners: list[tuple[int, int]] = []
+        checks: list[_Check] = []
+        for j, tree in enumerate(trees):
+            if energies[j] - tree.energy0 <= DIVERGENCE:  # else not tested: a divergence
+                for kind, tests in enumerate(
+                    _turn_checks(params, tree, momenta[j], sums[j], steps[j] > 0)
+                ):
+                    for check in tests:
+                        owners.append((j, kind))
+                        checks.append(check)
+        turns = [[False, False] for _ in trees]
+        if checks:
+            a, b, rho = (np.array(c) for c in zip(*checks, strict=True))
+            chain_metrics = np.array([metrics[j] for j, _ in owners])
+            for (j, kind), turning in zip(
+                owners, turnings(a, b, rho, chain_metrics).tolist(), strict=True
+            ):
+                turns[j][kind] = turns[j][kind] or turning
+        for j, i in enumerate(leapfrog):
+            state, value, energy = states[i], float(logdensities[i]), energies[j]
+            momentum = momenta[j].copy() if finites[j] else halves[j].copy()
+            out[i] = _grow(
+                state, params, trees[j], news[j], momentum, told[j], value, energy, steps[j],
+                sums[j].copy(), (turns[j][0], turns[j][1]),
+            )  # fmt: skip
+    return [o for o in out if o is not None]
+
+
+def _turn_checks(
+    params: Params, tree: Trajectory, momentum: FloatArray, momentum_sum: FloatArray, forward: bool
+) -> tuple[list[_Check], list[_Check]]:
+    """The U-turn tests that :func:`_grow` makes when the point with ``momentum`` joins
+    ``tree`` (``momentum_sum`` the tree's with it added): those of the subtrees the point
+    closes, and those of the merged trajectory when its subtree completes the tree
+    short of ``max_tree_depth``; all of them (``_grow`` stops at the first that turns)."""
+    subtree: list[_Check] = []
+    merged: list[_Check] = []
+    if tree.leaf % 2:
+        lo, hi = checkpoint_range(tree.leaf)
+        subtree.extend(
+            _subtree_checks(
+                tree.checkpoint_momentum, tree.checkpoint_sum, tree.checkpoint_previous,
+                lo, hi, momentum, momentum_sum,
+            )
+        )  # fmt: skip
+    if tree.leaf + 1 == 1 << tree.depth and tree.depth + 1 < params.max_tree_depth:
+        if tree.leaf == 0:  # the subtree is this point: its checkpoint is the point's
+            first, first_sum = momentum, momentum_sum
+            inner = tree.right.momentum if forward else tree.left.momentum
+        else:
+            first, first_sum = tree.checkpoint_momentum[0], tree.checkpoint_sum[0]
+            inner = tree.checkpoint_previous[0]
+        left, right = (tree.left.momentum, momentum) if forward else (momentum, tree.right.momentum)
+        merged.extend(
+            _merged_checks(tree, forward, left, right, momentum_sum, first, first_sum, inner)
+        )
+    return subtree, merged
+
+
+def _leapfrog_told(state: State, proposal: Proposal) -> bool:
+    """Whether ``proposal`` is the leapfrog point the chain waits for (``False``: its
+    initial point or a point of its gradient check); raises when the chain waits for
+    another leapfrog point."""
+    if proposal.kind == "gradient_check" or state.logdensity is None:
+        return False
     if (
         state.check.pending
         or proposal.kind != "leapfrog"
-        or (proposal.iteration, proposal.step) != (t, state.step)
+        or (proposal.iteration, proposal.step) != (state.iteration + 1, state.step)
     ):
         raise ValueError("proposal does not belong to this state")
-    tree = _begin(state, params)
-    new, half, eps = _told_point(state, params, tree, proposal.position)
+    return True
+
+
+def _tell_not_leapfrog(
+    state: State, params: Params, proposal: Proposal, logdensity: float, g: FloatArray
+) -> tuple[State, StepInfo]:
+    """The tell of an initial point or of a point of the gradient check."""
+    if proposal.kind == "gradient_check":
+        new_state, info = check_tell(state, proposal, logdensity, g)
+        return new_state.evolve(evaluations=state.evaluations + 1), info
+    if proposal.kind != "init" or proposal.iteration != state.iteration:
+        raise ValueError("proposal does not belong to this state")
+    idle = dataclasses.replace(state.trajectory, points=0)
+    return tell_initial_gradient(state, params, logdensity, g, trajectory=idle)
+
+
+def _grow(
+    state: State,
+    params: Params,
+    tree: Trajectory,
+    new: FloatArray,
+    momentum: FloatArray,
+    g: FloatArray,
+    logdensity: float,
+    energy: float,
+    eps: float,
+    momentum_sum: FloatArray | None = None,
+    turns: tuple[bool, bool] | None = None,
+) -> tuple[State, StepInfo]:
+    """The tree with the told point ``new`` (its momentum after the leapfrog step, the
+    told gradient and log density, the Hamiltonian there, ``inf`` when the point or its
+    log density is not finite) added at the end that step ``eps`` went from.
+
+    ``momentum_sum`` (the tree's with ``momentum`` added) and ``turns`` (whether the
+    subtrees the point closes turn, whether the merged trajectory turns, where the tree
+    asks: :func:`_turn_checks`), when they are computed already."""
+    t = state.iteration + 1
     common = {"step": state.step + 1, "evaluations": state.evaluations + 1}
     points = tree.points + 1
-    energy = math.inf
-    momentum = half
-    if np.all(np.isfinite(new)) and logdensity != -math.inf:
-        momentum = leapfrog_momentum(half, g, eps)
-        energy = -float(logdensity) + kinetic_energy(momentum, state.metric)
     error = energy - tree.energy0
     accept_sum = tree.accept_sum + (exp1(min(0.0, -error)) if math.isfinite(error) else 0.0)
     depth = tree.depth + 1  # the doublings of the tree once this subtree ends it
@@ -404,17 +618,25 @@ def tell_gradient(
         return _end(state, params, t, tree, points, accept_sum, depth, True, **common)
     point = Point(_frozen(new), _frozen(momentum), frozen_array(g), float(logdensity), energy)
     log_w = -error
-    uniforms = generator(state.seed, state.chain, t, substream(Stream.ACCEPT, state.step)).random(2)
+    # The point's two accept uniforms: the first samples within a subtree of two points
+    # or more, the second merges a completed subtree; a first leaf of a subtree that is
+    # not complete with it (depth 1 or more) uses neither.
+    stream = substream(Stream.ACCEPT, state.step)
+    uniforms: list[float] = (
+        generator(state.seed, state.chain, t, stream).random(2).tolist()
+        if tree.leaf or not tree.depth
+        else []
+    )
     # Uniform progressive sampling within the subtree.
     if tree.leaf == 0:
         sub_sample, sub_log_w = point, log_w
     else:
         sub_log_w = log_add_exp(tree.subtree_log_weight, log_w)
-        take = log1(float(uniforms[0])) < log_w - sub_log_w
+        take = log1(uniforms[0]) < log_w - sub_log_w
         sub_sample = point if take else tree.subtree_sample
     forward = eps > 0
     left, right = (tree.left, point) if forward else (point, tree.right)
-    momentum_sum = _frozen(tree.momentum_sum + momentum)
+    momentum_sum = _frozen(tree.momentum_sum + momentum if momentum_sum is None else momentum_sum)
     # The U-turns within the subtree that this point closes (NumPyro's checkpoints,
     # with Stan's checks across the halves of each subtree).
     ckpt_momentum, ckpt_sum = tree.checkpoint_momentum, tree.checkpoint_sum
@@ -427,8 +649,12 @@ def tell_gradient(
             _frozen(_with_row(ckpt_sum, hi, momentum_sum)),
             _frozen(_with_row(ckpt_previous, hi, previous)),
         )
-    elif _subtree_turns(
-        ckpt_momentum, ckpt_sum, ckpt_previous, lo, hi, momentum, momentum_sum, state.metric
+    elif (
+        turns[0]
+        if turns is not None
+        else _subtree_turns(
+            ckpt_momentum, ckpt_sum, ckpt_previous, lo, hi, momentum, momentum_sum, state.metric
+        )
     ):
         return _end(state, params, t, tree, points, accept_sum, depth, False, **common)
     leaf = tree.leaf + 1
@@ -437,12 +663,16 @@ def tell_gradient(
     if leaf == 1 << tree.depth:
         # The subtree is complete: biased progressive sampling, then the merged
         # trajectory's U-turns.
-        if log1(float(uniforms[1])) < sub_log_w - log_weight:
+        if log1(uniforms[1]) < sub_log_w - log_weight:
             sample, moved = sub_sample, True
         log_weight = log_add_exp(log_weight, sub_log_w)
-        done = depth >= params.max_tree_depth or _merged_turns(
-            tree, forward, left, right, momentum_sum, ckpt_momentum, ckpt_sum, ckpt_previous,
-            state.metric,
+        done = depth >= params.max_tree_depth or (
+            turns[1]
+            if turns is not None
+            else _merged_turns(
+                tree, forward, left, right, momentum_sum, ckpt_momentum, ckpt_sum,
+                ckpt_previous, state.metric,
+            )
         )  # fmt: skip
         grown = Trajectory(
             left, right, sample, moved, sub_sample, momentum_sum, ckpt_momentum, ckpt_sum,
@@ -472,6 +702,10 @@ def _with_row(a: FloatArray, i: int, row: FloatArray) -> FloatArray:
     return out
 
 
+#: A U-turn test: the momenta at a stretch's two ends and the sum of its momenta.
+_Check = tuple[FloatArray, FloatArray, FloatArray]
+
+
 def _subtree_turns(
     ckpt_momentum: FloatArray,
     ckpt_sum: FloatArray,
@@ -482,22 +716,33 @@ def _subtree_turns(
     momentum_sum: FloatArray,
     metric: FloatArray,
 ) -> bool:
-    """Whether one of the subtrees that the point with ``momentum`` closes turns: the
+    """Whether one of the subtrees that the point with ``momentum`` closes turns
+    (:func:`_subtree_checks`, tested in turn until one turns)."""
+    checks = _subtree_checks(ckpt_momentum, ckpt_sum, ckpt_previous, lo, hi, momentum, momentum_sum)
+    return any(is_turning(a, b, rho, metric) for a, b, rho in checks)
+
+
+def _subtree_checks(
+    ckpt_momentum: FloatArray,
+    ckpt_sum: FloatArray,
+    ckpt_previous: FloatArray,
+    lo: int,
+    hi: int,
+    momentum: FloatArray,
+    momentum_sum: FloatArray,
+) -> Iterator[_Check]:
+    """The U-turn tests of the subtrees that the point with ``momentum`` closes: the
     one starting at checkpoint ``i`` (for ``i`` from ``hi`` down to ``lo``), and, as Stan
     checks, its left half with the right half's first point, and its right half with
     the left half's last point (the right half starts at checkpoint ``i + 1``)."""
     for i in range(hi, lo - 1, -1):
         start = ckpt_momentum[i]
-        if is_turning(start, momentum, momentum_sum - ckpt_sum[i] + start, metric):
-            return True
+        yield start, momentum, momentum_sum - ckpt_sum[i] + start
         if i < hi:
             middle, before = ckpt_momentum[i + 1], ckpt_previous[i + 1]
-            if is_turning(start, middle, ckpt_sum[i + 1] - ckpt_sum[i] + start, metric):
-                return True
+            yield start, middle, ckpt_sum[i + 1] - ckpt_sum[i] + start
             right = momentum_sum - ckpt_sum[i + 1] + middle
-            if is_turning(before, momentum, right + before, metric):
-                return True
-    return False
+            yield before, momentum, right + before
 
 
 def _merged_turns(
@@ -511,18 +756,35 @@ def _merged_turns(
     ckpt_previous: FloatArray,
     metric: FloatArray,
 ) -> bool:
-    """Whether the trajectory, its completed subtree merged in, turns: as a whole, and
-    (Stan's checks) the old part with the subtree's first point, the subtree with the
-    old part's last point."""
-    if is_turning(left.momentum, right.momentum, momentum_sum, metric):
-        return True
-    first, inner = ckpt_momentum[0], ckpt_previous[0]
-    old_sum = ckpt_sum[0] - first
+    """Whether the trajectory, its completed subtree merged in, turns
+    (:func:`_merged_checks`, tested in turn until one turns)."""
+    checks = _merged_checks(
+        tree, forward, left.momentum, right.momentum, momentum_sum,
+        ckpt_momentum[0], ckpt_sum[0], ckpt_previous[0],
+    )  # fmt: skip
+    return any(is_turning(a, b, rho, metric) for a, b, rho in checks)
+
+
+def _merged_checks(
+    tree: Trajectory,
+    forward: bool,
+    left: FloatArray,
+    right: FloatArray,
+    momentum_sum: FloatArray,
+    first: FloatArray,
+    first_sum: FloatArray,
+    inner: FloatArray,
+) -> Iterator[_Check]:
+    """The U-turn tests of the trajectory, its completed subtree merged in, from the
+    momenta ``left`` and ``right`` at its ends: as a whole, and (Stan's checks) the old
+    part with the subtree's first point, the subtree with the old part's last point
+    (``first``, ``first_sum`` and ``inner``: the subtree's first checkpoint)."""
+    yield left, right, momentum_sum
+    old_sum = first_sum - first
     outer = tree.left.momentum if forward else tree.right.momentum
-    if is_turning(outer, first, old_sum + first, metric):
-        return True
-    new_end = right.momentum if forward else left.momentum
-    return is_turning(inner, new_end, momentum_sum - old_sum + inner, metric)
+    yield outer, first, old_sum + first
+    new_end = right if forward else left
+    yield inner, new_end, momentum_sum - old_sum + inner
 
 
 def _end(
@@ -594,11 +856,13 @@ SAMPLER: Sampler[State, Params] = Sampler(
     make_params=make_params,
     init=init,
     ask=ask,
+    ask_many=ask_many,
     tell=tell,
     chain_floats=chain_floats,
     metropolis_adapt=None,
     evaluation=Evaluation(gradient=True),
     tell_gradient=tell_gradient,
+    tell_gradient_many=tell_gradient_many,
     stats=("step_size", "tree_depth", "n_steps", "diverging", "energy"),
     acceptance_checked=False,  # a multinomial draw from the trajectory moves almost always
 )

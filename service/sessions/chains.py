@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kameleon.core.base import Proposal
+from kameleon.core.batch import ask_many
 from kameleon.core.serialization import CodecError, Memo, decode, encode
 from kameleon.service.jsonio import dumps, loads
 from kameleon.service.sessions.errors import Conflict, guarded
@@ -227,6 +228,29 @@ class Chains:
             proposal = guarded(chain.chain, lambda: meta.sampler.ask(chain.state, meta.params))
             self._proposals.put((meta.id, chain.chain), (chain.version, proposal))
         return proposal
+
+    def proposals(self, meta: SessionMeta, chains: Sequence[ChainView]) -> list[Proposal]:
+        """:meth:`proposal` of each of ``chains``: those not computed yet are asked in
+        one batched ask (:func:`core.batch.ask_many`, the same proposals); when that
+        fails, chain by chain, so that the failure names its chain."""
+        known = [self.outstanding(meta, ch) for ch in chains]
+        asking = [ch for ch, p in zip(chains, known, strict=True) if p is None]
+        if len(asking) < 2:
+            return [
+                p if p is not None else self.proposal(meta, ch)
+                for ch, p in zip(chains, known, strict=True)
+            ]
+        try:
+            asked = iter(ask_many(meta.sampler, [ch.state for ch in asking], meta.params))
+        except Exception:
+            return [self.proposal(meta, ch) for ch in chains]
+        out = []
+        for ch, p in zip(chains, known, strict=True):
+            if p is None:
+                p = next(asked)
+                self._proposals.put((meta.id, ch.chain), (ch.version, p))
+            out.append(p)
+        return out
 
 
 def _checked(meta: SessionMeta, chain: ChainView) -> ChainView:

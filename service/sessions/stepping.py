@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from kameleon.core.base import reset
+from kameleon.core.base import Proposal, reset
 from kameleon.service.config import Settings
 from kameleon.service.ids import format_id
 from kameleon.service.sessions.budget import grant_step, iteration_bytes, quota_of, session_bytes
@@ -141,18 +141,24 @@ class Stepper:
             {"id": r.id, "chain": t.pid.chain, "outcome": outcomes[t.at]}
             for r, t in zip(results, told, strict=True)
         ]
-        proposals = []
+        leased = []
         for record in result.leased:
             plan = plans.get(record.chain)
             if plan and plan.after:
-                ch = plan.after
+                leased.append(plan.after)
             else:
                 meta, ch = await self._decoded(meta, record)
-            try:
-                proposals.append(self._proposal(meta, ch, record.lease_until))
-            except SamplerFailed as exc:
-                applied = "the results told in this request were applied (a retry says duplicate)"
-                raise await self._stop(meta, exc, applied if results else "") from None
+                leased.append(ch)
+        try:
+            # Every leased chain's proposal in one batched ask.
+            asked = self.chains.proposals(meta, leased)
+        except SamplerFailed as exc:
+            applied = "the results told in this request were applied (a retry says duplicate)"
+            raise await self._stop(meta, exc, applied if results else "") from None
+        proposals = [
+            self._handed_out(ch, proposal, record.lease_until)
+            for record, ch, proposal in zip(result.leased, leased, asked, strict=True)
+        ]
         stopped = result.stopped_by is not None
         if meta.max_iterations is None and not stopped:
             top = max((p.after.state.iteration for p in _written(plans)), default=0)
@@ -302,8 +308,7 @@ class Stepper:
             for iteration in iterations:
                 known[iteration] = await told_value(self.store, meta, chain, iteration)
 
-    def _proposal(self, meta: SessionMeta, ch: ChainView, lease_until: float) -> dict[str, Any]:
-        proposal = self.chains.proposal(meta, ch)
+    def _handed_out(self, ch: ChainView, proposal: Proposal, lease_until: float) -> dict[str, Any]:
         return {
             "id": format_id(ch.chain, proposal.iteration, ch.state.epoch, proposal.step),
             "chain": ch.chain,

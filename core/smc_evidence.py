@@ -10,7 +10,7 @@ half a chain's variance of ``log Z``.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -124,48 +124,37 @@ def evidence_findings(states: Sequence[Any], params: Any) -> list[Finding]:
     ev = chain_evidence(states, params)
     done = [s for s in states if not math.isnan(log_evidence(s))]
     planned = params.ess_fraction * params.particles
-    collapsed = [s for s in done if s.min_ess < COLLAPSE * planned and not s.unfinished]
-    if collapsed:
-        worst = min(collapsed, key=lambda s: s.min_ess)
-        found.append(
-            Finding(
-                "evidence_unreliable",
-                None,
-                worst.chain if len(collapsed) == 1 else None,
-                float(worst.min_ess),
-                COLLAPSE * planned,
-                f"{len(collapsed)} of {len(done)} chains' weights fell to an effective "
-                f"sample size of {worst.min_ess:.0f} particles at worst, under "
-                f"{COLLAPSE * planned:.0f} (the stages keep {planned:.0f}): the evidence "
-                "rests on a few particles, and its error bar does not show it"
-                + (
-                    " (in the likelihood mode: the starting weights prior / reference, a "
-                    "reference that covers the prior poorly, which the bridge to the prior "
-                    "crosses with heavy weights; a reference at least as wide as the "
-                    "prior: reference_mean and reference_sd)"
-                    if params.tempered == "likelihood"
-                    else ""
-                ),
-            )
-        )
-    unmixed = [s for s in done if s.mixed < params.mixing and not s.unfinished]
-    if unmixed:
-        worst = min(unmixed, key=lambda s: s.mixed)
-        found.append(
-            Finding(
-                "evidence_unreliable",
-                None,
-                worst.chain if len(unmixed) == 1 else None,
-                float(worst.mixed),
-                params.mixing,
-                f"{len(unmixed)} of {len(done)} chains had a stage whose moves ended "
-                f"(max_moves {params.max_moves}) before the particles mixed: "
-                f"{worst.mixed:.2f} accepted moves per particle and dimension at worst, "
-                f"under {params.mixing:g} (mixing); the next stage weighed too few "
-                "distinct points, and the evidence is biased whatever its error bar "
-                "(a larger max_moves)",
-            )
-        )
+    reference = (
+        " (in the likelihood mode: the starting weights prior / reference, a reference "
+        "that covers the prior poorly, which the bridge to the prior crosses with heavy "
+        "weights; a reference at least as wide as the prior: reference_mean and "
+        "reference_sd)"
+        if params.tempered == "likelihood"
+        else ""
+    )
+    found += _worst_chain(
+        done,
+        "min_ess",
+        COLLAPSE * planned,
+        lambda n, worst: (
+            f"{n} of {len(done)} chains' weights fell to an effective sample "
+            f"size of {worst:.0f} particles at worst, under {COLLAPSE * planned:.0f} (the "
+            f"stages keep {planned:.0f}): the evidence rests on a few particles, and its "
+            "error bar does not show it" + reference
+        ),
+    )
+    found += _worst_chain(
+        done,
+        "mixed",
+        params.mixing,
+        lambda n, worst: (
+            f"{n} of {len(done)} chains had a stage whose moves ended "
+            f"(max_moves {params.max_moves}) before the particles mixed: {worst:.2f} accepted "
+            f"moves per particle and dimension at worst, under {params.mixing:g} (mixing); the "
+            "next stage weighed too few distinct points, and the evidence is biased whatever "
+            "its error bar (a larger max_moves)"
+        ),
+    )
     if ev is not None and len(done) < MIN_CHAINS_FOR_ERROR:
         found.append(few_chains(len(done)))
     elif ev is not None:
@@ -191,6 +180,22 @@ def evidence_findings(states: Sequence[Any], params: Any) -> list[Finding]:
                 )
             )
     return found
+
+
+def _worst_chain(
+    done: Sequence[Any], field: str, threshold: float, message: Callable[[int, float], str]
+) -> list[Finding]:
+    """``evidence_unreliable`` for the finished chains (not forced to ``beta = 1``, which
+    ``smc_unfinished`` names) whose ``field`` fell under ``threshold``: the value the
+    worst one's, the chain named when it is alone."""
+    under = [s for s in done if getattr(s, field) < threshold and not s.unfinished]
+    if not under:
+        return []
+    worst = min(float(getattr(s, field)) for s in under)
+    chain = under[0].chain if len(under) == 1 else None
+    return [
+        Finding("evidence_unreliable", None, chain, worst, threshold, message(len(under), worst))
+    ]
 
 
 def evidence_of(states: Sequence[Any], params: Any) -> tuple[Evidence | None, list[Finding]]:

@@ -229,9 +229,10 @@ HINTS: dict[str, str] = {
     "every mode is found by several",
     "swap_rate_low": "give the ladder more temperatures, or a longer warm-up so that it adapts",
     "evidence_unreliable": "run at least 4 chains, longer, or with more temperatures "
-    "(smc: more particles, or a reference that covers the prior)",
-    "smc_unfinished": "run a longer warm-up, or fewer particles or moves per stage, so that "
-    "the tempering reaches beta = 1 within it",
+    "(smc: more particles, a reference that covers the prior, or a larger max_moves)",
+    "smc_unfinished": "run a longer warm-up (smc's stages move the particles until they "
+    "mix, more sweeps in more dimensions), or fewer particles, so that the tempering "
+    "reaches beta = 1 within it",
 }
 """What to try, per code: one line each."""
 

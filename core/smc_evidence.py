@@ -107,18 +107,21 @@ def evidence_findings(states: Sequence[Any], params: Any) -> list[Finding]:
     fewer than :data:`CHAINS_SHARE` of the chains carry the mean of their ``Z``)."""
     found: list[Finding] = []
     told = [s for s in states if s.logdensity is not None and s.iteration >= params.particles]
-    unfinished = [s.chain for s in told if s.unfinished]
+    unfinished = [s for s in told if s.unfinished]
     if unfinished:
+        reached = min(float(s.forced_from) for s in unfinished)
         found.append(
             Finding(
                 "smc_unfinished",
                 None,
-                unfinished[0] if len(unfinished) == 1 else None,
+                unfinished[0].chain if len(unfinished) == 1 else None,
                 float(len(unfinished)),
                 0.0,
                 f"{len(unfinished)} of {len(told)} chains had not reached beta = 1 when "
-                "warm-up ended: the last step to 1 was forced, so their first draws after "
-                "warm-up and the evidence are unreliable",
+                f"warm-up ended (beta {reached:.3g} at worst"
+                + (", still on the bridge from the reference to the prior" if reached == 0 else "")
+                + "): the last step to 1 was forced, so their first draws after warm-up "
+                "and the evidence are unreliable",
             )
         )
     ev = chain_evidence(states, params)

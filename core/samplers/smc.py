@@ -248,6 +248,9 @@ class State(ChainState):
         draws).
     unfinished
         Whether warm-up ended before the tempering reached ``beta = 1``.
+    forced_from
+        The ``beta`` the tempering had reached when warm-up ended and forced the step
+        to 1 (1 when it was not forced; 0 on the bridge to the prior).
     log_scale, factor
         The proposal's ``log lambda`` and the Cholesky factor of the population's
         covariance plus the nugget, ``(dim, dim)``.
@@ -282,6 +285,7 @@ class State(ChainState):
     stage_acceptance: float
     alpha: float = 1.0
     mixed: float = math.inf
+    forced_from: float = 1.0
 
 
 make_params = params_parser(Params)
@@ -546,6 +550,8 @@ def _end_stage(state: State, params: Params, t: int, *, force: bool) -> State:
         skipped = weights is None or conditional_ess(weights, logliks, left) < params.ess_fraction
         skipped = skipped or skipped_bridge
         changes.update(beta=beta, stages=state.stages + 1, unfinished=force and skipped)
+        if force:
+            changes["forced_from"] = state.beta
         if np.any(np.isfinite(new_lw)):
             new_w = normalised(new_lw)
             changes["factor"] = _factor(particles, new_w, params, state.factor)

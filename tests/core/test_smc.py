@@ -219,8 +219,17 @@ def test_a_warmup_too_short_forces_beta_to_one_and_says_so() -> None:
     )
     params = SAMPLER.make_params(2, {"reference_sd": 4.0}, warmup=warmup)
     assert all(r.state.beta == 1.0 and r.state.unfinished for r in results)
+    # How far each got, for sizing the next warm-up: one stage's step, under 1.
+    reached = [r.state.forced_from for r in results]
+    assert all(0 < b < 1 for b in reached), reached
     assessment = assess_results(SAMPLER, params, results, ["a", "b"], warmup)
-    assert "smc_unfinished" in [f.code for f in assessment.findings]
+    found = [f for f in assessment.findings if f.code == "smc_unfinished"]
+    assert found and f"beta {min(reached):.3g} at worst" in found[0].message, found
+    # A finished chain was not forced.
+    finished = sample_chains(
+        _gaussian, 2, algorithm="smc", chains=1, warmup=600, iterations=32, seed=0, warn=False
+    )
+    assert finished[0].state.forced_from == 1.0 and not finished[0].state.unfinished
 
 
 def test_one_chain_has_no_standard_error_and_says_so() -> None:

@@ -28,12 +28,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import socket
-import subprocess
 import sys
 import threading
 import time
-import urllib.request
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -48,6 +45,7 @@ sys.path.insert(0, str(ROOT / "examples"))
 KAMELEON = str(Path(sys.executable).with_name("kameleon"))
 
 from glass_gpc import GlassGPC  # noqa: E402
+from service_bench import free_port, running  # noqa: E402
 
 import kameleon  # noqa: E402
 from kameleon.core.diagnostics import ess_bulk, per_parameter, rhat  # noqa: E402
@@ -138,38 +136,13 @@ def reference(args: argparse.Namespace) -> None:
 # -------------------------------------------------------------------------- service
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @contextmanager
 def serving() -> Iterator[str]:
     """``kameleon serve`` on the memory store, on a free loopback port; its URL."""
     port = free_port()
-    url = f"http://127.0.0.1:{port}"
     argv = [KAMELEON, "serve", "--port", str(port), "--store", "memory", "--log-level", "warning"]
-    proc = subprocess.Popen(argv, cwd=ROOT)
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/v1/health/live", timeout=1):
-                    break
-            except OSError:
-                if proc.poll() is not None:
-                    raise RuntimeError(f"kameleon serve exited with {proc.returncode}") from None
-                if time.monotonic() > deadline:
-                    raise RuntimeError("kameleon serve did not answer") from None
-                time.sleep(0.2)
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+    with running(argv, port, lambda client: client.get("/v1/health/live")):
+        yield f"http://127.0.0.1:{port}"
 
 
 class Counted:

@@ -433,6 +433,16 @@ class Sampler(Generic[S, P]):
         powers, and a power of an unbiased estimate is not an unbiased estimate of the
         power; ``gibbs``'s conditional blocks are exact full conditionals), or ``None``
         when an estimate will do: the service then refuses ``pseudo_marginal`` with it.
+    round_size
+        ``round_size(state, params)``: for a sampler whose next few evaluations do not
+        depend on one another's told values (an ensemble's half-step, a population's
+        sweep, a ladder's rungs, independent draws), how many of them, from the
+        outstanding one on, ``ask_ahead`` can give now: the rest of the chain's *round*,
+        at least 1 (:mod:`core.rounds`). ``None``: a round is one evaluation.
+    ask_ahead
+        ``ask_ahead(state, params, k)``: the proposal ``k`` evaluations after the
+        outstanding one (``0 <= k < round_size``): what ``ask`` gives once the ``k``
+        before it are told, whatever their values (``tests/core/test_rounds.py``).
     chain_evidence
         ``chain_evidence(states, params) -> (evidence, findings)``: for a Markov chain
         sampler that estimates the evidence in its chains' states (``tempering``, ``smc``), the
@@ -472,6 +482,8 @@ class Sampler(Generic[S, P]):
     needs_parts: Callable[[P], bool] | None = None
     pseudo_marginal_refusal: Callable[[P], str | None] | None = None
     chain_evidence: Callable[[Sequence[S], P], tuple[Any, list[Any]]] | None = None
+    round_size: Callable[[S, P], int] | None = None
+    ask_ahead: Callable[[S, P, int], Proposal] | None = None
 
 
 def takes_steps(sampler: Sampler[Any, Any]) -> bool:

@@ -83,10 +83,12 @@ __all__ = [
     "Params",
     "State",
     "ask",
+    "ask_ahead",
     "chain_floats",
     "complementary",
     "init",
     "make_params",
+    "round_size",
     "split_order",
     "stretch_z",
     "tell",
@@ -308,6 +310,23 @@ def tell(
     return new, StepInfo(t, outcome, prob, warm)
 
 
+def round_size(state: State, params: Params) -> int:
+    """The rest of the chain's round (:mod:`core.rounds`): the walkers still to be placed
+    (each is evaluated where it was put), then the rest of the half-step (each walker
+    of the half moves from the other half's positions as they were when it began)."""
+    t = state.iteration + 1
+    w = params.size
+    if t < w:
+        return w - t
+    half = w // 2
+    return half - t % half
+
+
+def ask_ahead(state: State, params: Params, k: int) -> Proposal:
+    """The proposal ``k`` evaluations after the outstanding one, within its round."""
+    return ask(state.evolve(iteration=state.iteration + k), params)
+
+
 def _tell_initial(state: State, params: Params, logdensity: float) -> tuple[State, StepInfo]:
     """The initial point told: walker 0 set, the others placed in a ball around it."""
     if logdensity == -math.inf:
@@ -348,4 +367,6 @@ SAMPLER: Sampler[State, Params] = Sampler(
     tell=tell,
     chain_floats=chain_floats,
     ensemble_size=lambda params: params.size,
+    round_size=round_size,
+    ask_ahead=ask_ahead,
 )

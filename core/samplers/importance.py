@@ -58,12 +58,14 @@ __all__ = [
     "Params",
     "State",
     "ask",
+    "ask_ahead",
     "chain_floats",
     "init",
     "log_proposal",
     "make_params",
     "mixture_log_weights",
     "modes",
+    "round_size",
     "tell",
 ]
 
@@ -82,6 +84,9 @@ class Params:
         The Student-t's degrees of freedom (default 5; an integer from 1 to 1000).
     inflation
         The proposal's covariance over the target's estimate (default 1.5; at least 1).
+    particles
+        The draws of one round after warm-up (default 32; 1 to 4096): independent draws
+        of the fixed proposal, which a service hands out together.
     initial_scale, adapt_start, nugget, target_acceptance, windows
         The warm-up's ``am`` options (see ``am``).
     """
@@ -91,6 +96,7 @@ class Params:
     proposal: Literal["student_t", "gaussian"] = "student_t"
     dof: int = 5
     inflation: float = 1.5
+    particles: int = 32
     initial_scale: float = 1.0
     adapt_start: int | None = None
     nugget: float = 1e-6
@@ -102,6 +108,8 @@ class Params:
             raise OptionError("dof", "must be an integer from 1 to 1000")
         if not (math.isfinite(self.inflation) and self.inflation >= 1):
             raise OptionError("inflation", "must be at least 1")
+        if not 1 <= self.particles <= 4096:
+            raise OptionError("particles", "must be an integer from 1 to 4096")
         self.walker  # checks the am options  # noqa: B018
 
     @property
@@ -181,6 +189,22 @@ def ask(state: State, params: Params) -> Proposal:
         # x = mean + L z / sqrt(chi2 / nu); a chi-squared of 0 has probability 0.
         step = step * (math.sqrt(params.dof) / math.sqrt(max(chi2, 1e-300)))
     return Proposal(t, "proposal", frozen_array(state.mean + step))
+
+
+def round_size(state: State, params: Params) -> int:
+    """The rest of the chain's round (:mod:`core.rounds`): after warm-up, the rest of
+    its ``particles`` independent draws of the fixed proposal; in warm-up, one ``am``
+    transition."""
+    t = state.iteration + 1
+    if t <= params.warmup:
+        return 1
+    r = params.particles
+    return r - (t - params.warmup - 1) % r
+
+
+def ask_ahead(state: State, params: Params, k: int) -> Proposal:
+    """The proposal ``k`` evaluations after the outstanding one, within its round."""
+    return ask(state.evolve(iteration=state.iteration + k), params)
 
 
 def log_proposal(state: State, params: Params, x: FloatArray) -> float:
@@ -353,4 +377,6 @@ SAMPLER: Sampler[State, Params] = Sampler(
     weighted=True,
     mixture_log_weights=mixture_log_weights,
     modes=modes,
+    round_size=round_size,
+    ask_ahead=ask_ahead,
 )

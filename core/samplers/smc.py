@@ -132,10 +132,12 @@ __all__ = [
     "State",
     "accepted_moves",
     "ask",
+    "ask_ahead",
     "chain_floats",
     "init",
     "make_params",
     "population_inflation",
+    "round_size",
     "scale_step",
     "tell",
     "tell_parts",
@@ -331,6 +333,23 @@ def ask(state: State, params: Params) -> Proposal:
     if not np.all(np.isfinite(point)):
         point = current  # an overflow: propose staying put (the kernel stays exact)
     return Proposal(t, "proposal", frozen_array(point))
+
+
+def round_size(state: State, params: Params) -> int:
+    """The rest of the chain's round (:mod:`core.rounds`): the rest of the sweep (each
+    particle moves on its own, with the stage's proposal; a stage ends only at a
+    sweep's end), and in warm-up not past its last transition (which may end a stage)."""
+    t = state.iteration + 1
+    n = params.particles
+    end = -(-t // n) * n
+    if t <= params.warmup:
+        end = min(end, params.warmup)
+    return end - t + 1
+
+
+def ask_ahead(state: State, params: Params, k: int) -> Proposal:
+    """The proposal ``k`` evaluations after the outstanding one, within its round."""
+    return ask(state.evolve(iteration=state.iteration + k), params)
 
 
 def proposal_factor(state: State, params: Params) -> FloatArray:
@@ -714,4 +733,6 @@ SAMPLER: Sampler[State, Params] = Sampler(
     chain_evidence=evidence_of,
     ensemble_size=lambda params: params.particles,
     population=population_inflation,
+    round_size=round_size,
+    ask_ahead=ask_ahead,
 )

@@ -96,10 +96,12 @@ __all__ = [
     "State",
     "adapt_ladder",
     "ask",
+    "ask_ahead",
     "chain_floats",
     "geometric_ladder",
     "init",
     "make_params",
+    "round_size",
     "swap_probability",
     "tell",
     "tell_parts",
@@ -287,6 +289,17 @@ def _rung(state: State, params: Params) -> int:
 
 def _kind(state: State, params: Params) -> Literal["proposal", "tempered"]:
     return "proposal" if _rung(state, params) == 0 else "tempered"
+
+
+def round_size(state: State, params: Params) -> int:
+    """The rest of the chain's round (:mod:`core.rounds`): the rest of the transition's
+    rungs (each steps on its own; the swaps come after the last)."""
+    return params.temperatures - state.step
+
+
+def ask_ahead(state: State, params: Params, k: int) -> Proposal:
+    """The proposal ``k`` evaluations after the outstanding one, within its round."""
+    return ask(state.evolve(step=state.step + k), params)
 
 
 def proposal_factor(state: State, params: Params, rung: int) -> FloatArray:
@@ -572,4 +585,6 @@ SAMPLER: Sampler[State, Params] = Sampler(
     pseudo_marginal_refusal=pseudo_marginal_refusal,
     needs_parts=needs_parts,
     chain_evidence=evidence_of,
+    round_size=round_size,
+    ask_ahead=ask_ahead,
 )

@@ -16,8 +16,9 @@
 --   UPDATE_HEADER: chain, expected version, active (1/0), lease seconds for the chain's
 --   next proposal (0 = do not lease), 1 if it applies a told initial point, the changes
 --   of warming, finished and waiting, the lengths of the state, the cold part (0 =
---   unchanged) and the draw row (0 = none), 1 if an init value follows; then the
---   state, cold part, draw row and init value (8 bytes) themselves (one argument, not
+--   unchanged) and the draw rows (0 = none), 1 if an init value follows, the number of
+--   draw rows; then the state, cold part, draw rows and init value (8 bytes)
+--   themselves (lease seconds -1: the chain's lease stays as it is) (one argument, not
 --   twelve per update: packing thousands of arguments cost a third of a 256-chain step)
 -- then the deadline: a time on the server's clock after which the script changes
 --   nothing ("" = none). A script that the server runs late (it was stalled, and the
@@ -65,7 +66,8 @@ local function parse_updates(n_updates, blob)
   for u = 1, n_updates do
     local up, chain, expected, active, init_told, lengths = {}, nil, nil, nil, nil, {}
     chain, expected, active, up.lease, init_told, up.warming, up.finished, up.waiting,
-      lengths[1], lengths[2], lengths[3], lengths[4], pos = struct.unpack(UPDATE_HEADER, blob, pos)
+      lengths[1], lengths[2], lengths[3], lengths[4], up.rows, pos =
+      struct.unpack(UPDATE_HEADER, blob, pos)
     up.chain, up.expected = string.format('%d', chain), string.format('%d', expected)
     up.active, up.init_told = (active == 1) and '1' or '0', init_told == 1
     lengths[4] = lengths[4] * 8
@@ -114,7 +116,7 @@ local function write_update(up, r, now, stopped_by)
   end
   if up.draw ~= '' then
     redis.call('APPEND', up.draws_key, up.draw)
-    n = n + 1
+    n = n + up.rows
   end
   if up.init_told then
     e = e + 1
@@ -141,6 +143,12 @@ local function write_update(up, r, now, stopped_by)
   end
   if up.active ~= '1' then
     redis.call('ZREM', KEYS[2], up.chain)
+    return nil
+  end
+  if up.lease < 0 then  -- the lease stays as it is
+    if not redis.call('ZSCORE', KEYS[2], up.chain) then
+      redis.call('ZADD', KEYS[2], 0, up.chain)
+    end
     return nil
   end
   local lease_until = '0'

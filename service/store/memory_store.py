@@ -333,14 +333,17 @@ def _write(session: _Session, up: ChainUpdate, now: float) -> ChainRecord | None
     draws = current.draws
     if up.draw is not None:
         session.draws[up.chain] += up.draw
-        draws += 1
+        draws += up.rows
     lease_next = up.lease_seconds > 0 and up.active and session.stopped_by is None
+    lease_until = now + up.lease_seconds if lease_next else 0.0
+    if up.lease_seconds < 0 and up.active:  # KEEP_LEASE
+        lease_until = current.lease_until
     record = ChainRecord(
         chain=up.chain,
         version=current.version + 1,
         state=up.state,
         cold_version=cold_version,
-        lease_until=now + up.lease_seconds if lease_next else 0.0,
+        lease_until=lease_until,
         active=up.active,
         init_value=up.init_value,
         draws=draws,

@@ -62,10 +62,10 @@ __all__ = [
 #: The fixed part of one update in the apply script's binary argument (``struct``
 #: format, the same in Lua): chain, expected version (a double: exact to 2**53), active,
 #: lease seconds, applies a told initial point, the changes of warming, finished and
-#: waiting, the lengths of state, cold part and draw row, and the number of init values
-#: (0 or 1, 8 bytes each) that follow them.
-UPDATE_HEADER = "<I4dBdBi4i4i4I4I4I4B"
-_HEADER = struct.Struct("<IdBdBiiiIIIB")
+#: waiting, the lengths of state, cold part and draw rows, the number of init values
+#: (0 or 1, 8 bytes each) that follow them, and the number of draw rows.
+UPDATE_HEADER = "<I4dBdBi4i4i4I4I4I4BI4"
+_HEADER = struct.Struct("<IdBdBiiiIIIBI")
 
 
 #: Fields of a chain's record hash, in the order :func:`record` reads them (the lease
@@ -221,6 +221,7 @@ def pack_updates(updates: Sequence[ChainUpdate]) -> bytes:
                 len(cold),
                 len(draw),
                 len(init) // 8,
+                up.rows if draw else 0,
             )
         )
         parts += (up.state, cold, draw, init)

@@ -150,7 +150,9 @@ class TellRequest(RequestModel):
     results: list[TellResult] = Field(description="Results to apply, each exactly once.")
 
 
-Outcome = Literal["initialized", "outside_support", "accepted", "rejected", "step", "duplicate"]
+Outcome = Literal[
+    "initialized", "outside_support", "accepted", "rejected", "step", "duplicate", "held"
+]
 
 
 class TellOutcome(BaseModel):
@@ -161,7 +163,9 @@ class TellOutcome(BaseModel):
         "either brings a new drawn initial point to the next ask, or leaves the chain "
         "needs_initial_point); accepted or rejected (a proposal); step (an evaluation "
         "within a transition: the transition goes on); duplicate (applied before with "
-        "this value: nothing changed)."
+        "this value: nothing changed); held (an evaluation of a round told before one "
+        "handed out ahead of it: kept, and applied in the chain's order once those "
+        "before it are told)."
     )
 
 

@@ -11,7 +11,7 @@ import dataclasses
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from kameleon.core.base import Proposal
 from kameleon.core.batch import ask_many
@@ -21,7 +21,7 @@ from kameleon.service.sessions.errors import Conflict, guarded
 from kameleon.service.sessions.meta import SessionMeta
 from kameleon.service.store.base import ChainRecord, Store
 
-__all__ = ["LRU", "ChainView", "Chains", "MetaChanged", "encode_state"]
+__all__ = ["LRU", "ChainView", "Chains", "Held", "MetaChanged", "encode_state"]
 
 #: Chains whose decoded state (and cold part) a process keeps. These caches only save
 #: store reads: a chain that fell out is read again. A kernel sampler's chain holds its
@@ -34,6 +34,38 @@ _GIVEN = "given"
 #: Key of the encoded hot state that holds the revision of the session's metadata the
 #: state was written under (absent: 0, the metadata it was created with).
 _REVISION = "revision"
+#: Keys of the encoded hot state of a chain with rounds (:mod:`kameleon.core.rounds`):
+#: the results told ahead of the chain's outstanding evaluation, kept until those before
+#: them are told, and the last evaluation of its round handed out under its lease.
+_HELD = "held"
+_OUT = "out"
+
+
+class Held(NamedTuple):
+    """A result told for an evaluation of a chain's round ahead of its outstanding one,
+    kept until those before it are told: its place, its value and, told in parts, the
+    log prior and log likelihood."""
+
+    iteration: int
+    step: int
+    value: float
+    log_prior: float | None = None
+    log_likelihood: float | None = None
+
+    def encoded(self) -> list[Any]:
+        parts = [None if v is None else v.hex() for v in (self.log_prior, self.log_likelihood)]
+        return [self.iteration, self.step, self.value.hex(), *parts]
+
+    @classmethod
+    def decoded(cls, doc: Any) -> Held:
+        iteration, step, value, prior, likelihood = doc
+        return cls(
+            int(iteration),
+            int(step),
+            float.fromhex(value),
+            None if prior is None else float.fromhex(prior),
+            None if likelihood is None else float.fromhex(likelihood),
+        )
 
 
 class MetaChanged(Exception):
@@ -82,6 +114,11 @@ class ChainView:
     #: next write encodes only what its transition changed
     #: (:func:`kameleon.core.serialization.encode`).
     encoded: Memo | None = field(default=None, compare=False, repr=False)
+    #: A chain with rounds: results told ahead of its outstanding evaluation, in order,
+    #: and the ``(iteration, step)`` of the last evaluation handed out under its lease
+    #: (``None``: none beyond those told).
+    held: tuple[Held, ...] = ()
+    out: tuple[int, int] | None = None
 
     @property
     def waiting(self) -> bool:
@@ -113,15 +150,22 @@ def encode_state(
     *,
     memo: Memo | None = None,
     kept: Memo | None = None,
+    held: Sequence[Held] = (),
+    out: tuple[int, int] | None = None,
 ) -> tuple[bytes, bytes | None]:
-    """The stored hot part (with the mark of a chain given a point by a reset, and the
-    metadata's ``revision``) and, when ``with_cold``, the cold part. ``memo`` and
-    ``kept``: see :func:`kameleon.core.serialization.encode`."""
+    """The stored hot part (with the mark of a chain given a point by a reset, the
+    metadata's ``revision`` and a round's ``held`` results and ``out``) and, when
+    ``with_cold``, the cold part. ``memo`` and ``kept``: see
+    :func:`kameleon.core.serialization.encode`."""
     hot_doc, cold_doc = encode(state, with_cold=with_cold, memo=memo, kept=kept)
     if given:
         hot_doc[_GIVEN] = True
     if revision:
         hot_doc[_REVISION] = revision
+    if held:
+        hot_doc[_HELD] = [h.encoded() for h in held]
+    if out is not None:
+        hot_doc[_OUT] = list(out)
     return dumps(hot_doc), (dumps(cold_doc) if with_cold else None)
 
 
@@ -163,6 +207,9 @@ class Chains:
         try:
             hot = loads(record.state)
             state = decode(hot, cold)
+            held = tuple(Held.decoded(h) for h in hot.get(_HELD, ()))
+            out = hot.get(_OUT)
+            out = None if out is None else (int(out[0]), int(out[1]))
         except (CodecError, ValueError, TypeError) as exc:  # a corrupt store entry
             raise Conflict(f"chain {record.chain} cannot be decoded: {exc}") from None
         chain = ChainView(
@@ -175,6 +222,8 @@ class Chains:
             record.inits,
             hot.get(_GIVEN) is True,
             int(hot.get(_REVISION, 0)),
+            held=held,
+            out=out,
         )
         self._chains.put(key, chain)
         return _checked(meta, chain)

@@ -36,7 +36,7 @@ from kameleon.core.batch import tell_many
 from kameleon.core.initial import redraw
 from kameleon.core.serialization import Memo, cold_changed
 from kameleon.service.ids import ProposalId
-from kameleon.service.sessions.chains import ChainView, encode_state
+from kameleon.service.sessions.chains import ChainView, Held, encode_state
 from kameleon.service.sessions.draws import RowLayout
 from kameleon.service.sessions.errors import guarded
 from kameleon.service.sessions.meta import SessionMeta
@@ -52,6 +52,7 @@ __all__ = [
     "plan_chain",
     "recorded",
     "transition",
+    "write_chain",
 ]
 
 
@@ -99,6 +100,9 @@ class ChainPlan(NamedTuple):
     update: ChainUpdate | None = None
     after: ChainView | None = None
     missing: frozenset[int] = frozenset()
+    #: A chain with rounds: the evaluations its update leases to the request
+    #: (:mod:`.rounds`).
+    handed: tuple[Proposal, ...] = ()
 
 
 def classify(
@@ -320,7 +324,7 @@ def _plan(
             new.position,
             transition_stats(meta.sampler, new),
         )
-    update, after = _write(meta, chain, new, init_value, draw, init_told, lease)
+    update, after = write_chain(meta, chain, new, init_value, draw, init_told, lease)
     return ChainPlan(outcomes, judged.conflicts, update, after)
 
 
@@ -352,7 +356,7 @@ def plan_chain(
     return plans[chain.chain]
 
 
-def _write(
+def write_chain(
     meta: SessionMeta,
     chain: ChainView,
     state: Any,
@@ -360,12 +364,25 @@ def _write(
     draw: bytes | None,
     init_told: bool,
     lease: float,
+    *,
+    rows: int = 1,
+    held: tuple[Held, ...] = (),
+    out: tuple[int, int] | None = None,
 ) -> tuple[ChainUpdate, ChainView]:
-    """The write that takes ``chain`` to ``state``, and the chain after it."""
+    """The write that takes ``chain`` to ``state`` (``draw``: ``rows`` rows, or
+    ``None``; ``held`` and ``out``: a chain with rounds, :mod:`.rounds`), and the chain
+    after it."""
     changed = cold_changed(chain.state, state)
     memo: Memo = {}
     hot, cold = encode_state(
-        state, chain.given, changed, meta.revision, memo=memo, kept=chain.encoded
+        state,
+        chain.given,
+        changed,
+        meta.revision,
+        memo=memo,
+        kept=chain.encoded,
+        held=held,
+        out=out,
     )
     after = ChainView(
         chain.chain,
@@ -373,11 +390,13 @@ def _write(
         state,
         chain.cold_version + (cold is not None),
         init_value,
-        chain.draws + (draw is not None),
+        chain.draws + (rows if draw is not None else 0),
         chain.inits + init_told,
         chain.given,
         meta.revision,
         memo,
+        held,
+        out,
     )
     active = chain_active(meta, state, init_value)
     update = ChainUpdate(
@@ -390,6 +409,7 @@ def _write(
         init_value,
         lease if active else 0.0,
         init_told=init_told,
+        rows=rows,
         counts=Counts(
             warming=-(chain.state.iteration < meta.warmup <= state.iteration),
             finished=int(not meta.is_done(chain.state) and meta.is_done(state)),

@@ -18,6 +18,7 @@ from kameleon.service.ids import ProposalId, parse_id
 from kameleon.service.sessions.chains import Chains, ChainView, encode_state
 from kameleon.service.sessions.errors import Busy, Invalid, guarded
 from kameleon.service.sessions.meta import SessionMeta
+from kameleon.service.sessions.rounds import handable
 from kameleon.service.sessions.stepping import MAX_ATTEMPTS, iso, session_status
 from kameleon.service.sessions.told import conflict
 from kameleon.service.store.base import ChainUpdate, Store
@@ -91,6 +92,8 @@ def _not_outstanding(meta: SessionMeta, ch: ChainView | None, pid: ProposalId) -
         return OBSOLETE
     if pid.iteration <= state.iteration:
         return told
+    if meta.sampler.round_size is not None:
+        return _not_in_round(meta, ch, pid)
     if pid.iteration == state.iteration + 1 and not meta.is_done(state):
         if not takes_steps(meta.sampler):
             return None if pid.step == 0 else OBSOLETE
@@ -101,9 +104,30 @@ def _not_outstanding(meta: SessionMeta, ch: ChainView | None, pid: ProposalId) -
     return OBSOLETE
 
 
+def _not_in_round(meta: SessionMeta, ch: ChainView, pid: ProposalId) -> str | None:
+    """:func:`_not_outstanding` for a chain with rounds: an evaluation of its round from
+    the outstanding one on whose result is not held is outstanding."""
+    if pid.epoch != ch.state.epoch or meta.is_done(ch.state):
+        return OBSOLETE
+    if any((h.iteration, h.step) == (pid.iteration, pid.step) for h in ch.held):
+        return "is not outstanding: it was told already"
+    if any(
+        (p.iteration, p.step) == (pid.iteration, pid.step)
+        for p in handable(meta, ch, ch.state, ch.held, None)
+    ):
+        return None
+    if pid.iteration == ch.state.iteration + 1 and takes_steps(meta.sampler):
+        step = guarded(ch.chain, lambda: meta.sampler.ask(ch.state, meta.params)).step
+        if pid.step < step:
+            return "is not outstanding: it was told already"
+    return OBSOLETE
+
+
 def _rewrite(meta: SessionMeta, ch: ChainView, seconds: float) -> ChainUpdate:
     """The chain's record as it is, its lease set to ``seconds`` from now (0: released)."""
-    hot, _ = encode_state(ch.state, ch.given, False, meta.revision, kept=ch.encoded)
+    hot, _ = encode_state(
+        ch.state, ch.given, False, meta.revision, kept=ch.encoded, held=ch.held, out=ch.out
+    )
     return ChainUpdate(
         ch.chain, ch.version, hot, True, init_value=ch.init_value, lease_seconds=seconds
     )

@@ -10,6 +10,7 @@ common case) a tell or a step is one store round trip.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 from collections.abc import Awaitable, Callable, Sequence
@@ -27,8 +28,10 @@ from kameleon.service.sessions.diagnostics import Diagnostics, crossed
 from kameleon.service.sessions.draws import told as told_value
 from kameleon.service.sessions.errors import Busy, Conflict, Invalid, NotFound, SamplerFailed
 from kameleon.service.sessions.meta import SessionMeta
+from kameleon.service.sessions.rounds import decide_rounds, handable, position
 from kameleon.service.sessions.told import Result, parse, refusal
 from kameleon.service.store.base import (
+    KEEP_LEASE,
     ApplyResult,
     ChainRecord,
     ChainUpdate,
@@ -141,24 +144,14 @@ class Stepper:
             {"id": r.id, "chain": t.pid.chain, "outcome": outcomes[t.at]}
             for r, t in zip(results, told, strict=True)
         ]
-        leased = []
-        for record in result.leased:
-            plan = plans.get(record.chain)
-            if plan and plan.after:
-                leased.append(plan.after)
-            else:
-                meta, ch = await self._decoded(meta, record)
-                leased.append(ch)
         try:
-            # Every leased chain's proposal in one batched ask.
-            asked = self.chains.proposals(meta, leased)
+            if meta.sampler.round_size is not None:
+                meta, proposals = await self._rounds_handed_out(meta, plans, result, want)
+            else:
+                meta, proposals = await self._handed_out_all(meta, plans, result)
         except SamplerFailed as exc:
             applied = "the results told in this request were applied (a retry says duplicate)"
             raise await self._stop(meta, exc, applied if results else "") from None
-        proposals = [
-            self._handed_out(ch, proposal, record.lease_until)
-            for record, ch, proposal in zip(result.leased, leased, asked, strict=True)
-        ]
         stopped = result.stopped_by is not None
         if meta.max_iterations is None and not stopped:
             top = max((p.after.state.iteration for p in _written(plans)), default=0)
@@ -173,6 +166,100 @@ class Stepper:
         expiry = result.next_expiry if want > 0 and not proposals and not status["done"] else None
         status["next_lease_expires_at"] = iso(expiry) if expiry is not None else None
         return answered, proposals, status
+
+    async def _handed_out_all(
+        self, meta: SessionMeta, plans: dict[int, ChainPlan], result: ApplyResult
+    ) -> tuple[SessionMeta, list[dict[str, Any]]]:
+        """Each leased chain's proposal, all in one batched ask."""
+        leased = []
+        for record in result.leased:
+            plan = plans.get(record.chain)
+            if plan and plan.after:
+                leased.append(plan.after)
+            else:
+                meta, ch = await self._decoded(meta, record)
+                leased.append(ch)
+        asked = self.chains.proposals(meta, leased)
+        return meta, [
+            self._handed_out(ch, proposal, record.lease_until)
+            for record, ch, proposal in zip(result.leased, leased, asked, strict=True)
+        ]
+
+    async def _rounds_handed_out(
+        self, meta: SessionMeta, plans: dict[int, ChainPlan], result: ApplyResult, want: int
+    ) -> tuple[SessionMeta, list[dict[str, Any]]]:
+        """The evaluations handed out by chains with rounds (:mod:`.rounds`): those the
+        told chains' updates leased, then, from each chain leased free, its round's
+        evaluations not held, up to ``want`` in all, recorded as its ``out`` in one more
+        write that keeps its lease (a chain given none is released). A retried request
+        (``replayed``) is handed what it was handed before: each chain's round up to its
+        ``out``."""
+        handed: list[dict[str, Any]] = []
+        left = want - sum(len(p.handed) for p in plans.values())
+        free: list[tuple[ChainRecord, ChainView]] = []
+        for record in result.leased:
+            plan = plans.get(record.chain)
+            if plan is not None and plan.after is not None and plan.handed:
+                handed += [self._handed_out(plan.after, p, record.lease_until) for p in plan.handed]
+            else:
+                meta, ch = await self._decoded(meta, record)
+                free.append((record, ch))
+        gives: dict[int, list[Proposal]] = {}
+        for _, ch in free:
+            if result.replayed:
+                out = ch.out
+                round_ = handable(meta, ch, ch.state, ch.held, None)
+                gives[ch.chain] = [] if out is None else [p for p in round_ if position(p) <= out]
+            else:
+                gives[ch.chain] = handable(meta, ch, ch.state, ch.held, None)[: max(0, left)]
+                left -= len(gives[ch.chain])
+        if not result.replayed:
+            await self._record_out(meta, [ch for _, ch in free], gives)
+        for record, ch in free:
+            handed += [self._handed_out(ch, p, record.lease_until) for p in gives[ch.chain]]
+        return meta, handed
+
+    async def _record_out(
+        self, meta: SessionMeta, chains: Sequence[ChainView], gives: dict[int, list[Proposal]]
+    ) -> None:
+        """Write each of ``chains`` (leased free) with the last evaluation it hands out
+        as its ``out``, keeping its lease, or released when it hands out none. A chain
+        that another request moved on meanwhile hands out nothing here (its lease is
+        whatever that request left)."""
+        pending = {ch.chain: ch for ch in chains}
+        for _ in range(MAX_ATTEMPTS):
+            if not pending:
+                return
+            updates, after = [], {}
+            for c, ch in pending.items():
+                give = gives[c]
+                out = position(give[-1]) if give else None
+                hot, _ = encode_state(
+                    ch.state,
+                    ch.given,
+                    False,
+                    meta.revision,
+                    kept=ch.encoded,
+                    held=ch.held,
+                    out=out,
+                )
+                lease = KEEP_LEASE if give else 0.0
+                updates.append(
+                    ChainUpdate(
+                        c, ch.version, hot, True, init_value=ch.init_value, lease_seconds=lease
+                    )
+                )
+                after[c] = dataclasses.replace(ch, version=ch.version + 1, out=out)
+            applied = await self.store.apply(meta.id, updates)
+            if not applied.conflicts:
+                for ch in after.values():
+                    self.chains.remember(meta, ch)
+                return
+            for c in applied.conflicts:
+                gives[c] = []
+                del pending[c]
+        for c in pending:
+            gives[c] = []
 
     async def _decoded(
         self, meta: SessionMeta, record: ChainRecord
@@ -276,7 +363,8 @@ class Stepper:
         lease: float,
     ) -> _Round:
         """One decision of the whole request on ``current`` (:func:`.decide.decide`)."""
-        plans = decide(
+        rounds = meta.sampler.round_size is not None
+        plans = (decide_rounds if rounds else decide)(
             meta,
             current,
             by_chain,
@@ -293,7 +381,11 @@ class Stepper:
                 decided.missing[chain] = plan.missing
             if plan.update is not None:
                 decided.updates.append(plan.update)
-                leasing += plan.update.lease_seconds > 0
+                leasing += len(plan.handed) if rounds else plan.update.lease_seconds > 0
+        # One chain per evaluation still wanted, as for any sampler: a chain with rounds
+        # may have one evaluation to give (its initial point, warm-up's one at a time),
+        # and those given none are released by the write that records what the others
+        # hand out (_record_out).
         decided.extra = max(0, want - leasing)
         return decided
 

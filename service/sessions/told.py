@@ -60,6 +60,10 @@ def refusal(
             pid.iteration <= state.iteration if pid.iteration else state.logdensity is not None
         )
         answered = answered or recorded(meta, chain, pid) is not None
+        answered = answered or any(
+            (h.iteration, h.step, pid.epoch) == (pid.iteration, pid.step, state.epoch)
+            for h in chain.held
+        )
         why = (
             "was told before with another value; the first value stands"
             if answered

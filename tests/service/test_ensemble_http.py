@@ -36,8 +36,12 @@ def _run(api: TestClient, **fields: Any) -> str:
     sid: str = response.json()["id"]
     proposals = api.post(f"/v1/sessions/{sid}/ask", json={"max": 8}).json()["proposals"]
     while proposals:
-        # A chain's walkers come one at a time: one proposal per chain per answer.
-        assert len({p["chain"] for p in proposals}) == len(proposals)
+        # A chain's walkers come a half-step at a time (a round: PROTOCOL.md), in order.
+        for chain in {p["chain"] for p in proposals}:
+            mine = [p["iteration"] for p in proposals if p["chain"] == chain]
+            assert mine == list(range(mine[0], mine[0] + len(mine)))
+            if mine[0] >= WALKERS:  # moves, not the placements: within one half-step
+                assert len({t // (WALKERS // 2) for t in mine}) == 1
         answer = api.post(
             f"/v1/sessions/{sid}/step", json={"results": [_value(p) for p in proposals], "max": 8}
         )

@@ -1,0 +1,300 @@
+"""Chains with rounds (:mod:`kameleon.core.rounds`): a round's evaluations handed out
+together, their results taken in any order and applied in the chain's.
+
+A chain with rounds keeps, in its hot record, the results told ahead of its outstanding
+evaluation (``held``: kept until those before them are told) and the last evaluation of
+its round handed out under its lease (``out``). Deciding a request on such a chain:
+
+1. Each told result is judged as for any chain (:func:`.decide.classify`) when it is
+   for the outstanding evaluation, one before it or the initial point; one for a later
+   evaluation of the round is *held* (or, held before, a ``duplicate`` or a
+   ``conflict`` by its value); one beyond the round was never issued (``conflict``).
+2. The outstanding evaluation's result is applied, then every held result that follows
+   it in the chain's order, each through the sampler's ``tell``: the draws are those of
+   the same results told one by one (one row each, all in one write).
+3. The chain's lease: the round's evaluations not yet handed out (after ``out``, not
+   held) go to the request, up to its ``max``, under a new lease; with none to give, a
+   chain whose handed-out evaluations are all told is released, and one with some
+   still out keeps its lease (:data:`~kameleon.service.store.base.KEEP_LEASE`), so
+   that no one is handed them again until it runs out.
+
+A chain that a request leases from the free ones (:meth:`Stepper.step`) hands out its
+round's evaluations that are not held, up to what the request still wants, and records
+``out`` in a second write (its lease kept). A lease that runs out frees the chain: the
+next ask hands out again every evaluation of its round whose result is not in, with the
+same ids and points.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable, Mapping, Sequence
+
+import numpy as np
+
+from kameleon.core import rounds
+from kameleon.core.base import Parts, Proposal, takes_steps, tell_one, transition_stats
+from kameleon.core.initial import redraw
+from kameleon.service.sessions.chains import ChainView, Held
+from kameleon.service.sessions.decide import (
+    ChainPlan,
+    Classified,
+    Told,
+    chain_active,
+    classify,
+    write_chain,
+)
+from kameleon.service.sessions.errors import guarded
+from kameleon.service.sessions.meta import SessionMeta
+from kameleon.service.sessions.rows import RowLayout
+from kameleon.service.store.base import KEEP_LEASE
+
+__all__ = ["decide_rounds", "handable", "position"]
+
+Position = tuple[int, int]
+
+#: The gradients given with held parts: none is used (a sampler with rounds asks for none).
+_UNUSED: dict[int, np.ndarray] = {}
+
+
+def position(proposal: Proposal) -> Position:
+    return (proposal.iteration, proposal.step)
+
+
+def _issued(meta: SessionMeta, proposal: Proposal) -> bool:
+    """Whether the session's end leaves ``proposal`` to be handed out."""
+    return meta.max_iterations is None or proposal.iteration <= meta.max_iterations
+
+
+def handable(
+    meta: SessionMeta, chain: ChainView, state: object, held: Sequence[Held], after: Position | None
+) -> list[Proposal]:
+    """The evaluations of the chain's round (in ``state``) that can be handed out: not
+    held, after ``after`` (``None``: from the outstanding one), within the session."""
+    taken = {(h.iteration, h.step) for h in held}
+    out = []
+    for p in guarded(chain.chain, lambda: rounds.proposals(meta.sampler, state, meta.params)):
+        if not _issued(meta, p):
+            break
+        if (p.iteration, p.step) in taken or (after is not None and position(p) <= after):
+            continue
+        out.append(p)
+    return out
+
+
+def _same(a: float | None, b: float | None) -> bool:
+    if a is None or b is None:
+        return a is None and b is None
+    return a == b or (math.isnan(a) and math.isnan(b))
+
+
+def _held(t: Told) -> Held:
+    parts = t.parts
+    return Held(
+        t.pid.iteration,
+        t.pid.step,
+        t.value,
+        None if parts is None else parts.log_prior,
+        None if parts is None else parts.log_likelihood,
+    )
+
+
+def _same_result(h: Held, t: Told) -> bool:
+    other = _held(t)
+    return (
+        _same(h.value, other.value)
+        and _same(h.log_prior, other.log_prior)
+        and _same(h.log_likelihood, other.log_likelihood)
+    )
+
+
+def _judge(
+    meta: SessionMeta,
+    chain: ChainView,
+    told: Sequence[Told],
+    history: Mapping[int, float],
+    outstanding: Proposal | None,
+) -> tuple[Classified, dict[Position, Told]]:
+    """Step 1 of the module docstring for one chain: the judgement, and the results
+    newly held (by place)."""
+    state = chain.state
+    held = {(h.iteration, h.step): h for h in chain.held}
+    ahead: dict[Position, Told] = {}
+    outcomes: dict[int, str] = {}
+    conflicts: list[int] = []
+    rest: list[Told] = []
+    # A chain that is done has no round: what is told for it is judged as for any chain.
+    done = outstanding is None or meta.is_done(state)
+    size = 0 if done else rounds.size(meta.sampler, state, meta.params)
+    for t in told:
+        pid = t.pid
+        k = (
+            0
+            if outstanding is None or done or pid.iteration == 0 or pid.epoch != state.epoch
+            else rounds.offset(meta.sampler, state, outstanding, pid.iteration, pid.step)
+        )
+        if k <= 0:
+            rest.append(t)
+            continue
+        place = (pid.iteration, pid.step)
+        if k >= size or (meta.max_iterations is not None and pid.iteration > meta.max_iterations):
+            conflicts.append(t.at)  # never issued: beyond the round, or the session's end
+        elif place in held:
+            outcomes[t.at] = "duplicate" if _same_result(held[place], t) else "conflict"
+        elif place in ahead:
+            same = _same_result(_held(ahead[place]), t)
+            outcomes[t.at] = "duplicate" if same else "conflict"
+        else:
+            ahead[place] = t
+            outcomes[t.at] = "held"
+    conflicts += [at for at, verdict in outcomes.items() if verdict == "conflict"]
+    outcomes = {at: v for at, v in outcomes.items() if v != "conflict"}
+    steps = takes_steps(meta.sampler)
+    judged = classify(meta, chain, rest, history, outstanding if steps else None)
+    return (
+        Classified(
+            {**outcomes, **judged.outcomes},
+            tuple(sorted((*conflicts, *judged.conflicts))),
+            judged.missing,
+            judged.apply,
+        ),
+        ahead,
+    )
+
+
+def decide_rounds(
+    meta: SessionMeta,
+    current: Mapping[int, ChainView],
+    by_chain: Mapping[int, Sequence[Told]],
+    *,
+    history: Mapping[int, Mapping[int, float]],
+    proposal: Callable[[ChainView], Proposal],
+    lease: float = 0.0,
+    budget: int = 0,
+) -> dict[int, ChainPlan]:
+    """:func:`.decide.decide` for a sampler with rounds: the module docstring's steps;
+    ``budget`` counts the evaluations to hand out (:attr:`ChainPlan.handed`)."""
+    judged: dict[int, tuple[Classified, dict[Position, Told]]] = {}
+    for c, told in by_chain.items():
+        ch = current[c]
+        outstanding = proposal(ch) if ch.state.logdensity is not None else None
+        judged[c] = _judge(meta, ch, told, history.get(c, {}), outstanding)
+    if any(k.conflicts or k.missing for k, _ in judged.values()):
+        return {
+            c: ChainPlan(k.outcomes, k.conflicts, missing=k.missing) for c, (k, _) in judged.items()
+        }
+    plans: dict[int, ChainPlan] = {}
+    for c, (k, ahead) in judged.items():
+        plan = _plan(meta, current[c], k, ahead, lease, budget)
+        budget -= len(plan.handed)
+        plans[c] = plan
+    return plans
+
+
+def _plan(
+    meta: SessionMeta,
+    chain: ChainView,
+    judged: Classified,
+    ahead: dict[Position, Told],
+    lease: float,
+    budget: int,
+) -> ChainPlan:
+    """Steps 2 and 3 for one chain."""
+    sampler, params = meta.sampler, meta.params
+    state = chain.state
+    outcomes = dict(judged.outcomes)
+    held = {(h.iteration, h.step): h for h in chain.held}
+    told_at = {place: t.at for place, t in ahead.items()}
+    held.update({place: _held(t) for place, t in ahead.items()})
+    if judged.apply is None and not ahead:
+        return ChainPlan(outcomes, ())
+    rows: list[bytes] = []
+    new = state
+    init_value, init_told = chain.init_value, False
+    if judged.apply is not None:
+        t = judged.apply
+        p = guarded(chain.chain, lambda: sampler.ask(state, params))
+        new, info = guarded(
+            chain.chain,
+            lambda: tell_one(sampler, state, params, p, t.value, t.gradient, t.parts, t.draw),
+        )
+        outcomes[t.at] = info.outcome
+        if info.outcome in ("initialized", "outside_support"):
+            if info.outcome == "outside_support" and not chain.given:
+                new = (
+                    redraw(
+                        new,
+                        center=meta.center(chain.chain),
+                        radius=meta.initial_radius,
+                        max_attempts=meta.max_initial_attempts,
+                    )
+                    or new
+                )
+            init_value = t.value if new.epoch == state.epoch else None
+            init_told = True
+        elif info.outcome != "step":
+            rows.append(_row(meta, t.value, new, info.outcome))
+    while held and new.logdensity is not None and not meta.is_done(new):
+        nxt = guarded(chain.chain, functools.partial(sampler.ask, new, params))
+        h = held.pop(position(nxt), None)
+        if h is None:
+            break
+        tell = functools.partial(
+            tell_one, sampler, new, params, nxt, h.value, None, _parts(meta, h)
+        )
+        new, info = guarded(chain.chain, tell)
+        if position(nxt) in told_at:
+            outcomes[told_at[position(nxt)]] = info.outcome
+        if info.outcome != "step":
+            rows.append(_row(meta, h.value, new, info.outcome))
+    kept = tuple(held[place] for place in sorted(held))
+    active = chain_active(meta, new, init_value)
+    out = chain.out
+    give: list[Proposal] = []
+    if active:
+        front = guarded(chain.chain, lambda: sampler.ask(new, params))
+        if out is not None and out < position(front):
+            out = None  # every evaluation handed out is told
+        if budget > 0:
+            give = handable(meta, chain, new, kept, out)[:budget]
+    if give:
+        lease_seconds, out = lease, position(give[-1])
+    elif out is None or not active:
+        lease_seconds, out = 0.0, None
+    else:
+        lease_seconds = KEEP_LEASE
+    update, after = write_chain(
+        meta,
+        chain,
+        new,
+        init_value,
+        b"".join(rows) if rows else None,
+        init_told,
+        lease_seconds,
+        rows=len(rows),
+        held=kept,
+        out=out,
+    )
+    return ChainPlan(outcomes, judged.conflicts, update, after, handed=tuple(give))
+
+
+def _parts(meta: SessionMeta, h: Held) -> Parts | None:
+    if h.log_prior is None or h.log_likelihood is None:
+        return None
+    unused = _UNUSED.get(meta.dim)
+    if unused is None:
+        unused = np.full(meta.dim, math.nan)
+        unused.flags.writeable = False
+        _UNUSED[meta.dim] = unused
+    return Parts(h.log_prior, h.log_likelihood, unused, unused)
+
+
+def _row(meta: SessionMeta, value: float, state: object, outcome: str) -> bytes:
+    return RowLayout.pack(
+        value,
+        state.logdensity,  # type: ignore[attr-defined]
+        outcome == "accepted",
+        state.position,  # type: ignore[attr-defined]
+        transition_stats(meta.sampler, state),
+    )

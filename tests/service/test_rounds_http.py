@@ -1,0 +1,226 @@
+"""Rounds over HTTP (PROTOCOL.md, "Rounds"): one ask hands out a population's round, its
+results are taken in any order, in several requests, retried, and the draws are the
+in-process run's, bit for bit, on both stores; a lease that runs out hands the round's
+untold evaluations out again, with the same ids and points; held results are judged as
+any told result (a duplicate, or a 409 for another value)."""
+
+from __future__ import annotations
+
+import io
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+
+from tests.service.test_replay import (
+    CHAINS,
+    DIM,
+    ITERATIONS,
+    SEED,
+    WARMUP,
+    _result,
+    in_process,
+)
+
+Json = dict[str, Any]
+
+ROUNDS = ["ensemble", "smc", "tempering", "importance"]
+
+
+def _create(api: TestClient, algorithm: str, **options: Any) -> str:
+    body = {
+        "algorithm": algorithm,
+        "dim": DIM,
+        "chains": CHAINS,
+        "seed": SEED,
+        "warmup": WARMUP,
+        "max_iterations": WARMUP + ITERATIONS,
+        "options": options,
+    }
+    response = api.post("/v1/sessions", json=body)
+    assert response.status_code == 201, response.text
+    sid: str = response.json()["id"]
+    return sid
+
+
+def _post(api: TestClient, path: str, body: Json) -> Json:
+    response = api.post(path, json=body)
+    assert response.status_code == 200, response.text
+    answer: Json = response.json()
+    return answer
+
+
+def _draws(api: TestClient, sid: str) -> np.ndarray:
+    response = api.get(f"/v1/sessions/{sid}/draws?format=npy")
+    assert response.status_code == 200, response.text
+    return np.load(io.BytesIO(response.content))  # type: ignore[no-any-return]
+
+
+def _shuffled_run(api: TestClient, sid: str, rng: np.random.Generator, most: int) -> dict[str, int]:
+    """Drive a session with asks of ``most``, telling what is out in random order and
+    random portions, now and then a result told again; the outcomes counted. Checks
+    that nothing is handed out twice while its lease runs."""
+    out: dict[str, Json] = {}
+    told: list[Json] = []
+    counts: dict[str, int] = {}
+    answer = _post(api, f"/v1/sessions/{sid}/ask", {"max": most})
+    for _ in range(100_000):
+        for p in answer["proposals"]:
+            assert p["id"] not in out, f"{p['id']} handed out twice under a running lease"
+            out[p["id"]] = p
+        if not out:
+            if answer["done"]:
+                return counts
+            answer = _post(api, f"/v1/sessions/{sid}/ask", {"max": most})
+            assert answer["proposals"] or answer["done"], answer
+            continue
+        ids = list(out)
+        rng.shuffle(ids)
+        now = ids[: int(rng.integers(1, len(ids) + 1))]
+        results = [_result(out.pop(i)) for i in now]
+        if told and rng.random() < 0.2:
+            results.append(told[int(rng.integers(len(told)))])  # a retry: a duplicate
+        told += results
+        answer = _post(
+            api,
+            f"/v1/sessions/{sid}/step",
+            {"results": results, "max": int(rng.integers(0, most + 1))},
+        )
+        for r in answer["results"]:
+            counts[r["outcome"]] = counts.get(r["outcome"], 0) + 1
+    raise AssertionError("the session never ended")
+
+
+@pytest.mark.parametrize("algorithm", ROUNDS)
+def test_a_round_told_in_any_order_gives_the_in_process_draws(
+    algorithm: str, start_client: Callable[..., TestClient]
+) -> None:
+    expected = in_process(algorithm)
+    for store in ("memory", "redis"):
+        api = start_client(store)
+        sid = _create(api, algorithm)
+        counts = _shuffled_run(api, sid, np.random.default_rng(7), most=64)
+        assert counts.get("held", 0) > 50, counts  # results did come ahead of their turn
+        assert counts.get("duplicate", 0) > 0, counts
+        draws = _draws(api, sid)
+        assert draws.tobytes() == expected.tobytes(), f"{algorithm} on {store}"
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "options", "length"),
+    [
+        ("ensemble", {}, 4),  # W = max(8, 2 dim) walkers: half-steps of 4
+        ("smc", {"particles": 16}, 16),
+        ("tempering", {"temperatures": 5}, 5),
+        ("importance", {"particles": 8}, 8),
+    ],
+)
+def test_one_ask_hands_out_whole_rounds(
+    algorithm: str, options: Json, length: int, client: TestClient
+) -> None:
+    sid = _create(client, algorithm, **options)
+    inits = _post(client, f"/v1/sessions/{sid}/ask", {"max": 64})["proposals"]
+    assert [p["kind"] for p in inits] == ["init"] * CHAINS
+    answer = _post(
+        client,
+        f"/v1/sessions/{sid}/step",
+        {"results": [_result(p) for p in inits], "max": 64},
+    )
+    # Through warm-up's one-at-a-time part (importance's am: each chain hands out one
+    # evaluation at a time); the step that tells iteration WARMUP hands out rounds.
+    proposals = answer["proposals"]
+    while algorithm == "importance" and proposals[0]["iteration"] <= WARMUP:
+        assert len(proposals) == CHAINS
+        proposals = _post(
+            client,
+            f"/v1/sessions/{sid}/step",
+            {"results": [_result(p) for p in proposals], "max": 64},
+        )["proposals"]
+    if algorithm == "ensemble":  # the placements first: iterations 1 to W - 1
+        assert len(proposals) == CHAINS * 7
+        proposals = _post(
+            client,
+            f"/v1/sessions/{sid}/step",
+            {"results": [_result(p) for p in proposals], "max": 64},
+        )["proposals"]
+    assert len(proposals) == CHAINS * length, [p["id"] for p in proposals]
+    for chain in range(CHAINS):
+        mine = [p for p in proposals if p["chain"] == chain]
+        assert len(mine) == length
+        places = [(p["iteration"], p["step"]) for p in mine]
+        assert places == sorted(places) and len(set(places)) == length
+        expiry = {p["lease_expires_at"] for p in mine}
+        assert len(expiry) == 1  # one lease covers the chain's round
+
+
+def test_a_lease_that_runs_out_hands_the_untold_out_again(
+    start_client: Callable[..., TestClient],
+) -> None:
+    for store in ("memory", "redis"):
+        api = start_client(store)
+        sid = _create(api, "smc", particles=8)
+        inits = _post(api, f"/v1/sessions/{sid}/ask", {"max": 8})["proposals"]
+        first = _post(
+            api,
+            f"/v1/sessions/{sid}/step",
+            {"results": [_result(p) for p in inits], "max": 16, "lease_seconds": 0.5},
+        )["proposals"]
+        assert len(first) == 16
+        late = [p for p in first if p["chain"] == 0][::2]  # every other particle of chain 0
+        told = [p for p in first if p not in late]
+        answer = _post(api, f"/v1/sessions/{sid}/tell", {"results": [_result(p) for p in told]})
+        outcomes = {r["id"]: r["outcome"] for r in answer["results"]}
+        # Chain 0's first particle is late: its others are held; chain 1's all applied.
+        assert {outcomes[p["id"]] for p in told if p["chain"] == 0} == {"held"}
+        assert "held" not in {outcomes[p["id"]] for p in told if p["chain"] == 1}
+        # While the lease runs, nobody is handed chain 0's round again.
+        again = _post(api, f"/v1/sessions/{sid}/ask", {"max": 16})["proposals"]
+        assert not [p for p in again if p["chain"] == 0]
+        time.sleep(0.7)
+        again = _post(api, f"/v1/sessions/{sid}/ask", {"max": 16})["proposals"]
+        mine = [p for p in again if p["chain"] == 0]
+        assert [p["id"] for p in mine] == [p["id"] for p in late]
+        assert [p["x"] for p in mine] == [p["x"] for p in late]  # the same points
+
+
+def test_held_results_are_judged_as_any_told_result(client: TestClient) -> None:
+    sid = _create(client, "ensemble")
+    inits = _post(client, f"/v1/sessions/{sid}/ask", {"max": 2})["proposals"]
+    placements = _post(
+        client,
+        f"/v1/sessions/{sid}/step",
+        {"results": [_result(p) for p in inits], "max": 64},
+    )["proposals"]
+    ahead = next(p for p in placements if p["chain"] == 0 and p["iteration"] == 3)
+    result = _result(ahead)
+    answer = _post(client, f"/v1/sessions/{sid}/tell", {"results": [result]})
+    assert answer["results"][0]["outcome"] == "held"
+    again = _post(client, f"/v1/sessions/{sid}/tell", {"results": [result]})
+    assert again["results"][0]["outcome"] == "duplicate"
+    other = {**result, "log_density": result["log_density"] - 1.0}
+    refused = client.post(f"/v1/sessions/{sid}/tell", json={"results": [other]})
+    assert refused.status_code == 409
+    assert "told before with another value" in refused.json()["errors"][0]["message"]
+    # Renewing a held one: told already; an untold one of the round: renewed.
+    leases = client.post(
+        f"/v1/sessions/{sid}/leases", json={"ids": [ahead["id"]], "lease_seconds": 30}
+    )
+    assert leases.status_code == 409 and "told already" in leases.json()["detail"]
+    untold = next(p for p in placements if p["chain"] == 0 and p["iteration"] == 5)
+    renewed = _post(
+        client, f"/v1/sessions/{sid}/leases", {"ids": [untold["id"]], "lease_seconds": 30}
+    )
+    assert renewed["leases"][0]["lease_expires_at"] is not None
+    # Beyond the round (the placements end at iteration W - 1 = 7): never issued.
+    beyond = {**_result(untold), "id": "c0.i9"}
+    refused = client.post(f"/v1/sessions/{sid}/tell", json={"results": [beyond]})
+    assert refused.status_code == 409 and "not outstanding" in refused.json()["detail"]
+    # The rest told: the held one applied in its turn; the chain moves on to its moves.
+    rest = [p for p in placements if p["chain"] == 0 and p["id"] != ahead["id"]]
+    answer = _post(client, f"/v1/sessions/{sid}/tell", {"results": [_result(p) for p in rest]})
+    assert {r["outcome"] for r in answer["results"]} == {"accepted"}
+    chain = client.get(f"/v1/sessions/{sid}").json()["chain_summaries"][0]
+    assert chain["iterations"] == 7

@@ -10,7 +10,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable, Mapping
-from concurrent.futures import Executor, ProcessPoolExecutor
+from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -173,7 +173,8 @@ def _drive(
     """Run the workers on the session until it is done; its result. Interrupted
     (Ctrl-C), the result so far, with a warning that says how to go on."""
     drawing = conditionals if conditionals is not None else Conditionals(0, {})
-    if _told_in_parts(client.get_session(session_id)):
+    session = client.get_session(session_id)
+    if _told_in_parts(session):
         logdensity = _InParts(logdensity)
     state = _Shared(bar=_Progress(total, progress and total > 0))
     pool: Executor | None = (
@@ -182,6 +183,13 @@ def _drive(
         else None
     )
     batch = max(1, math.ceil(chains / workers))
+    askers = workers
+    if workers > 1 and _has_rounds(session):
+        # A population's round goes to one request: one thread asks for a point per
+        # worker and evaluates them side by side (PROTOCOL.md, "Rounds").
+        askers, batch = 1, workers
+        if pool is None:
+            pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="kameleon-eval")
     threads = [
         threading.Thread(
             target=_worker,
@@ -189,7 +197,7 @@ def _drive(
             name=f"kameleon-worker-{w}",
             daemon=True,
         )
-        for w in range(workers)
+        for w in range(askers)
     ]
     interrupted = False
     # Workers evaluating at once in threads share the process's BLAS threads: one each.
@@ -419,6 +427,13 @@ class Conditionals:
         return draw.tolist(), point
 
 
+def _has_rounds(session: Session) -> bool:
+    """Whether ``session``'s chains hand out rounds of evaluations (``ensemble``,
+    ``smc``, ``tempering``, ``importance``)."""
+    sampler = SAMPLERS.get(session.algorithm)
+    return sampler is not None and sampler.round_size is not None
+
+
 def _told_in_parts(session: Session) -> bool:
     """Whether ``session``'s results tell the log prior and the log likelihood apart
     (``tempering`` of the likelihood): the log density function then returns the pair."""
@@ -467,18 +482,25 @@ def _evaluate(
 ) -> list[Any]:
     """Each proposal's result: ``(id, log density)``, or the result with its gradient
     when the log density returns the pair ``(log density, gradient)``; at a conditional
-    proposal (``gibbs``), with the block's draw from ``conditionals``."""
+    proposal (``gibbs``), with the block's draw from ``conditionals``. With a ``pool``,
+    the points are evaluated side by side in it."""
     results: list[Any] = []
+    points: list[tuple[Proposal, list[float] | None, npt.NDArray[np.float64]]] = []
     for p in proposals:
-        if state.stop.is_set():
-            raise _Stop
         drawn: list[float] | None = None
         if p.kind == "conditional":
             drawn, x = (conditionals or Conditionals(0, {})).draw(p)
         else:
             x = np.array(p.x, dtype=np.float64)
             x.flags.writeable = False
-        told = pool.submit(logdensity, x).result() if pool is not None else logdensity(x)
+        points.append((p, drawn, x))
+    futures = [pool.submit(logdensity, x) for _, _, x in points] if pool is not None else []
+    for k, (p, drawn, x) in enumerate(points):
+        if state.stop.is_set():
+            for future in futures:
+                future.cancel()
+            raise _Stop
+        told = futures[k].result() if futures else logdensity(x)
         if isinstance(told, _Parts):
             results.append(
                 {

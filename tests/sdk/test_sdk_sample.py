@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 import re
+import threading
+import time
 import warnings
 
 import numpy as np
@@ -269,3 +271,44 @@ def test_nuts_statistics_reach_the_result_and_arviz_either_way(server: str) -> N
 def test_sgld_is_refused_with_where_to_run_it() -> None:
     with pytest.raises(ValueError, match="sample_chains"):
         kameleon.sample(banana, dim=2, algorithm="sgld", options={"data_size": 10})
+
+
+class _Concurrency:
+    """A log density that records how many of its calls ran at once, at most."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.running = 0
+        self.most = 0
+
+    def __call__(self, x: np.ndarray) -> float:
+        with self.lock:
+            self.running += 1
+            self.most = max(self.most, self.running)
+        time.sleep(0.002)
+        with self.lock:
+            self.running -= 1
+        return banana(x)
+
+
+@pytest.mark.slow
+def test_a_population_is_evaluated_side_by_side_with_the_in_process_draws(server: str) -> None:
+    """smc hands out a sweep's particles together (a round): four workers evaluate one
+    chain's particles at once, and the draws are the in-process run's."""
+    settings: dict[str, object] = {
+        "dim": 2,
+        "chains": 1,
+        "warmup": 160,
+        "iterations": 64,
+        "seed": SEED,
+        "progress": False,
+        "algorithm": "smc",
+        "particles": 16,
+    }
+    density = _Concurrency()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", kameleon.SamplingWarning)
+        local = kameleon.sample(banana, **settings)  # type: ignore[arg-type]
+        served = kameleon.sample(density, url=server, workers=4, **settings)  # type: ignore[arg-type]
+    assert served.draws.tobytes() == local.draws.tobytes()
+    assert density.most == 4  # one chain, four points at once

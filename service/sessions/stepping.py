@@ -191,75 +191,74 @@ class Stepper:
         """The evaluations handed out by chains with rounds (:mod:`.rounds`): those the
         told chains' updates leased, then, from each chain leased free, its round's
         evaluations not held, up to ``want`` in all, recorded as its ``out`` in one more
-        write that keeps its lease (a chain given none is released). A retried request
+        write that keeps its lease; the chains leased beyond what ``want`` needed are
+        released by that write, as they are (one chain is leased per evaluation wanted,
+        as for any sampler: a chain's round may be one evaluation). A retried request
         (``replayed``) is handed what it was handed before: each chain's round up to its
-        ``out``."""
+        ``out``, with nothing written."""
         handed: list[dict[str, Any]] = []
         left = want - sum(len(p.handed) for p in plans.values())
-        free: list[tuple[ChainRecord, ChainView]] = []
+        writes: list[tuple[ChainUpdate, ChainView | None]] = []
+        gives: list[tuple[ChainRecord, ChainView, list[Proposal]]] = []
         for record in result.leased:
             plan = plans.get(record.chain)
             if plan is not None and plan.after is not None and plan.handed:
                 handed += [self._handed_out(plan.after, p, record.lease_until) for p in plan.handed]
-            else:
-                meta, ch = await self._decoded(meta, record)
-                free.append((record, ch))
-        gives: dict[int, list[Proposal]] = {}
-        for _, ch in free:
+                continue
+            if left <= 0 and not result.replayed:  # not needed: released, unread
+                release = ChainUpdate(
+                    record.chain, record.version, record.state, True, init_value=record.init_value
+                )
+                writes.append((release, None))
+                continue
+            meta, ch = await self._decoded(meta, record)
+            round_ = handable(meta, ch, ch.state, ch.held, None)
             if result.replayed:
                 out = ch.out
-                round_ = handable(meta, ch, ch.state, ch.held, None)
-                gives[ch.chain] = [] if out is None else [p for p in round_ if position(p) <= out]
+                give = [] if out is None else [p for p in round_ if position(p) <= out]
             else:
-                gives[ch.chain] = handable(meta, ch, ch.state, ch.held, None)[: max(0, left)]
-                left -= len(gives[ch.chain])
-        if not result.replayed:
-            await self._record_out(meta, [ch for _, ch in free], gives)
-        for record, ch in free:
-            handed += [self._handed_out(ch, p, record.lease_until) for p in gives[ch.chain]]
-        return meta, handed
-
-    async def _record_out(
-        self, meta: SessionMeta, chains: Sequence[ChainView], gives: dict[int, list[Proposal]]
-    ) -> None:
-        """Write each of ``chains`` (leased free) with the last evaluation it hands out
-        as its ``out``, keeping its lease, or released when it hands out none. A chain
-        that another request moved on meanwhile hands out nothing here (its lease is
-        whatever that request left)."""
-        pending = {ch.chain: ch for ch in chains}
-        for _ in range(MAX_ATTEMPTS):
-            if not pending:
-                return
-            updates, after = [], {}
-            for c, ch in pending.items():
-                give = gives[c]
+                give = round_[:left]
+                left -= len(give)
                 out = position(give[-1]) if give else None
                 hot, _ = encode_state(
-                    ch.state,
-                    ch.given,
-                    False,
-                    meta.revision,
-                    kept=ch.encoded,
-                    held=ch.held,
-                    out=out,
+                    ch.state, ch.given, False, meta.revision, kept=ch.encoded, held=ch.held, out=out
                 )
-                lease = KEEP_LEASE if give else 0.0
-                updates.append(
-                    ChainUpdate(
-                        c, ch.version, hot, True, init_value=ch.init_value, lease_seconds=lease
-                    )
+                update = ChainUpdate(
+                    ch.chain,
+                    ch.version,
+                    hot,
+                    True,
+                    init_value=ch.init_value,
+                    lease_seconds=KEEP_LEASE if give else 0.0,
                 )
-                after[c] = dataclasses.replace(ch, version=ch.version + 1, out=out)
-            applied = await self.store.apply(meta.id, updates)
+                writes.append((update, dataclasses.replace(ch, version=ch.version + 1, out=out)))
+            gives.append((record, ch, give))
+        refused = await self._write_free(meta, writes)
+        for record, ch, give in gives:
+            if ch.chain not in refused:
+                handed += [self._handed_out(ch, p, record.lease_until) for p in give]
+        return meta, handed
+
+    async def _write_free(
+        self, meta: SessionMeta, writes: list[tuple[ChainUpdate, ChainView | None]]
+    ) -> set[int]:
+        """Make ``writes`` (of chains leased free: each with the chain after it, to
+        remember, or ``None``); the chains whose write was refused because another
+        request moved them on meanwhile, which hand out nothing here (their lease is
+        whatever that request left)."""
+        refused: set[int] = set()
+        for _ in range(MAX_ATTEMPTS):
+            pending = [(u, ch) for u, ch in writes if u.chain not in refused]
+            if not pending:
+                return refused
+            applied = await self.store.apply(meta.id, [u for u, _ in pending])
             if not applied.conflicts:
-                for ch in after.values():
-                    self.chains.remember(meta, ch)
-                return
-            for c in applied.conflicts:
-                gives[c] = []
-                del pending[c]
-        for c in pending:
-            gives[c] = []
+                for _, ch in pending:
+                    if ch is not None:
+                        self.chains.remember(meta, ch)
+                return refused
+            refused |= set(applied.conflicts)
+        return refused | {u.chain for u, _ in writes}
 
     async def _decoded(
         self, meta: SessionMeta, record: ChainRecord

@@ -224,3 +224,25 @@ def test_held_results_are_judged_as_any_told_result(client: TestClient) -> None:
     assert {r["outcome"] for r in answer["results"]} == {"accepted"}
     chain = client.get(f"/v1/sessions/{sid}").json()["chain_summaries"][0]
     assert chain["iterations"] == 7
+
+
+def test_a_retried_ask_gets_its_round_back(start_client: Callable[..., TestClient]) -> None:
+    for store in ("memory", "redis"):
+        api = start_client(store)
+        sid = _create(api, "tempering", temperatures=6)
+        inits = _post(api, f"/v1/sessions/{sid}/ask", {"max": 2})["proposals"]
+        _post(api, f"/v1/sessions/{sid}/tell", {"results": [_result(p) for p in inits]})
+        body = {"max": 8, "request_id": "w1-0001"}
+        first = _post(api, f"/v1/sessions/{sid}/ask", body)["proposals"]
+        assert len(first) == 8  # chain 0's six rungs, then two of chain 1's
+        assert [p["chain"] for p in first] == [0] * 6 + [1] * 2
+        again = _post(api, f"/v1/sessions/{sid}/ask", body)["proposals"]
+        assert again == first
+        _post(api, f"/v1/sessions/{sid}/tell", {"results": [_result(first[2])]})
+        third = _post(api, f"/v1/sessions/{sid}/ask", body)["proposals"]
+        assert third == first[:2] + first[3:]  # without the one told since
+        # Nothing else was leased: chain 1's other rungs go to the next request.
+        rest = _post(api, f"/v1/sessions/{sid}/ask", {"max": 8})["proposals"]
+        # Chain 1 stays leased while two of its rungs are out: its other four go to
+        # whoever tells those two, or to the next ask once the lease runs out.
+        assert rest == []

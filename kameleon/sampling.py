@@ -103,14 +103,21 @@ def sample(
         Starting point, ``(dim,)`` for every chain or ``(chains, dim)``; default: each
         chain starts at its own point drawn uniformly from ``(-2, 2)^dim``.
     algorithm
-        ``"am"`` (default), ``"kameleon"``, ``"kmc-lite"``, ``"kmc-finite"``, ``"rwm"``.
+        A name of :data:`kameleon.core.SAMPLERS` (the README's sampler table): ``"am"``
+        (default), ``"kameleon"``, ``"kmc-lite"``, ``"kmc-finite"``, ``"rwm"``,
+        ``"nuts"``, ``"hmc"``, ``"mala"``, ``"sgld"``, ``"gibbs"``, ``"ensemble"``,
+        ``"importance"``, ``"tempering"``, ``"smc"``.
     chains, iterations, warmup
         Chains; draws kept per chain after warm-up; warm-up iterations per chain.
     url
         ``None``: run in this process. Else a service's URL: run there.
     workers
         How many points are evaluated at once. Through a service, each by its own
-        worker that asks with a lease, evaluates, and steps; in process, the chains'
+        worker that asks with a lease, evaluates, and steps (for a sampler whose
+        chains hand out rounds, ``ensemble``, ``smc``, ``tempering``, ``importance``:
+        one thread asks for a point per worker and evaluates them side by side in a
+        pool of ``workers``, so that they share even one chain's population); in
+        process, the chains'
         proposals of an iteration are evaluated in a pool of ``workers`` (as emcee's
         ``pool=``), which helps when there are at least as many chains. Threads by
         default (a log density in numpy or C releases the GIL); ``parallel="processes"``

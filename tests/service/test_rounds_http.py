@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import io
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
+import httpx
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
+from tests.servers import KAMELEON, free_port, serving
 from tests.service.test_replay import (
     CHAINS,
     DIM,
@@ -30,7 +32,7 @@ Json = dict[str, Any]
 ROUNDS = ["ensemble", "smc", "tempering", "importance"]
 
 
-def _create(api: TestClient, algorithm: str, **options: Any) -> str:
+def _create(api: Any, algorithm: str, **options: Any) -> str:
     body = {
         "algorithm": algorithm,
         "dim": DIM,
@@ -46,7 +48,7 @@ def _create(api: TestClient, algorithm: str, **options: Any) -> str:
     return sid
 
 
-def _post(api: TestClient, path: str, body: Json) -> Json:
+def _post(api: Any, path: str, body: Json) -> Json:
     response = api.post(path, json=body)
     assert response.status_code == 200, response.text
     answer: Json = response.json()
@@ -59,14 +61,23 @@ def _draws(api: TestClient, sid: str) -> np.ndarray:
     return np.load(io.BytesIO(response.content))  # type: ignore[no-any-return]
 
 
-def _shuffled_run(api: TestClient, sid: str, rng: np.random.Generator, most: int) -> dict[str, int]:
+def _shuffled_run(
+    apis: Sequence[Any], sid: str, rng: np.random.Generator, most: int
+) -> dict[str, int]:
     """Drive a session with asks of ``most``, telling what is out in random order and
-    random portions, now and then a result told again; the outcomes counted. Checks
-    that nothing is handed out twice while its lease runs."""
+    random portions, now and then a result told again, each request to the next of
+    ``apis`` in turn (clients of one service, or of service processes sharing a store);
+    the outcomes counted. Checks that nothing is handed out twice while its lease
+    runs."""
+    turn = iter(range(1 << 30))
+
+    def post(path: str, body: Json) -> Json:
+        return _post(apis[next(turn) % len(apis)], path, body)
+
     out: dict[str, Json] = {}
     told: list[Json] = []
     counts: dict[str, int] = {}
-    answer = _post(api, f"/v1/sessions/{sid}/ask", {"max": most})
+    answer = post(f"/v1/sessions/{sid}/ask", {"max": most})
     for _ in range(100_000):
         for p in answer["proposals"]:
             assert p["id"] not in out, f"{p['id']} handed out twice under a running lease"
@@ -74,7 +85,7 @@ def _shuffled_run(api: TestClient, sid: str, rng: np.random.Generator, most: int
         if not out:
             if answer["done"]:
                 return counts
-            answer = _post(api, f"/v1/sessions/{sid}/ask", {"max": most})
+            answer = post(f"/v1/sessions/{sid}/ask", {"max": most})
             assert answer["proposals"] or answer["done"], answer
             continue
         ids = list(out)
@@ -84,8 +95,7 @@ def _shuffled_run(api: TestClient, sid: str, rng: np.random.Generator, most: int
         if told and rng.random() < 0.2:
             results.append(told[int(rng.integers(len(told)))])  # a retry: a duplicate
         told += results
-        answer = _post(
-            api,
+        answer = post(
             f"/v1/sessions/{sid}/step",
             {"results": results, "max": int(rng.integers(0, most + 1))},
         )
@@ -102,7 +112,7 @@ def test_a_round_told_in_any_order_gives_the_in_process_draws(
     for store in ("memory", "redis"):
         api = start_client(store)
         sid = _create(api, algorithm)
-        counts = _shuffled_run(api, sid, np.random.default_rng(7), most=64)
+        counts = _shuffled_run([api], sid, np.random.default_rng(7), most=64)
         assert counts.get("held", 0) > 50, counts  # results did come ahead of their turn
         assert counts.get("duplicate", 0) > 0, counts
         draws = _draws(api, sid)
@@ -246,3 +256,29 @@ def test_a_retried_ask_gets_its_round_back(start_client: Callable[..., TestClien
         # Chain 1 stays leased while two of its rungs are out: its other four go to
         # whoever tells those two, or to the next ask once the lease runs out.
         assert rest == []
+
+
+@pytest.mark.slow
+def test_two_service_processes_share_a_round(redis_url: str, redis_prefix: str) -> None:
+    """Two processes on one Redis take alternate requests of a shuffled run: each decides
+    on the chains as it last saw them, and the store's compare-and-set makes the one
+    that saw a stale chain read it again; the draws are the in-process run's."""
+    ports = [free_port(), free_port()]
+    env = {
+        "KAMELEON_STORE": "redis",
+        "KAMELEON_REDIS_URL": redis_url,
+        "KAMELEON_REDIS_PREFIX": redis_prefix,
+    }
+    with (
+        serving([KAMELEON, "serve", "--port", str(ports[0])], env, ports[0]) as a,
+        serving([KAMELEON, "serve", "--port", str(ports[1])], env, ports[1]) as b,
+        httpx.Client(base_url=a, timeout=60) as client_a,
+        httpx.Client(base_url=b, timeout=60) as client_b,
+    ):
+        for algorithm in ("smc", "tempering"):
+            sid = _create(client_a, algorithm)
+            counts = _shuffled_run([client_a, client_b], sid, np.random.default_rng(3), most=40)
+            assert counts.get("held", 0) > 20, counts
+            response = client_b.get(f"/v1/sessions/{sid}/draws?format=npy")
+            draws = np.load(io.BytesIO(response.content))
+            assert draws.tobytes() == in_process(algorithm).tobytes(), algorithm

@@ -68,13 +68,26 @@ def _issued(meta: SessionMeta, proposal: Proposal) -> bool:
 
 
 def handable(
-    meta: SessionMeta, chain: ChainView, state: object, held: Sequence[Held], after: Position | None
+    meta: SessionMeta,
+    chain: ChainView,
+    state: object,
+    held: Sequence[Held],
+    after: Position | None,
+    limit: int | None = None,
 ) -> list[Proposal]:
-    """The evaluations of the chain's round (in ``state``) that can be handed out: not
-    held, after ``after`` (``None``: from the outstanding one), within the session."""
+    """The evaluations of the chain's round (in ``state``) that can be handed out, at
+    most ``limit``: not held, after ``after`` (``None``: from the outstanding one),
+    within the session. Asked one by one, as far as they are needed."""
     taken = {(h.iteration, h.step) for h in held}
-    out = []
-    for p in guarded(chain.chain, lambda: rounds.proposals(meta.sampler, state, meta.params)):
+    sampler, params = meta.sampler, meta.params
+    size = guarded(chain.chain, functools.partial(rounds.size, sampler, state, params))
+    out: list[Proposal] = []
+    for k in range(size):
+        if limit is not None and len(out) >= limit:
+            break
+        (p,) = guarded(
+            chain.chain, functools.partial(rounds.proposals, sampler, state, params, k, k + 1)
+        )
         if not _issued(meta, p):
             break
         if (p.iteration, p.step) in taken or (after is not None and position(p) <= after):
@@ -257,7 +270,7 @@ def _plan(
         if out is not None and out < position(front):
             out = None  # every evaluation handed out is told
         if budget > 0:
-            give = handable(meta, chain, new, kept, out)[:budget]
+            give = handable(meta, chain, new, kept, out, budget)
     if give:
         lease_seconds, out = lease, position(give[-1])
     elif out is None or not active:

@@ -212,12 +212,12 @@ class Stepper:
                 writes.append((release, None))
                 continue
             meta, ch = await self._decoded(meta, record)
-            round_ = handable(meta, ch, ch.state, ch.held, None)
             if result.replayed:
                 out = ch.out
+                round_ = handable(meta, ch, ch.state, ch.held, None)
                 give = [] if out is None else [p for p in round_ if position(p) <= out]
             else:
-                give = round_[:left]
+                give = handable(meta, ch, ch.state, ch.held, None, left)
                 left -= len(give)
                 out = position(give[-1]) if give else None
                 hot, _ = encode_state(

@@ -49,6 +49,7 @@ __all__ = [
     "chain_active",
     "classify",
     "decide",
+    "initial_told",
     "plan_chain",
     "recorded",
     "transition",
@@ -302,19 +303,7 @@ def _plan(
     init_value = chain.init_value
     init_told = False
     if info.outcome in ("initialized", "outside_support"):
-        if info.outcome == "outside_support" and not chain.given:
-            # Replaced by the chain's next drawn point (a new epoch), if it has one left:
-            # that point waits for its value.
-            new = (
-                redraw(
-                    new,
-                    center=meta.center(chain.chain),
-                    radius=meta.initial_radius,
-                    max_attempts=meta.max_initial_attempts,
-                )
-                or new
-            )
-        init_value = told.value if new.epoch == chain.state.epoch else None
+        new, init_value = initial_told(meta, chain, told.value, new, info.outcome)
         init_told = True
     elif info.outcome != "step":  # "step": an evaluation within a transition, no draw
         draw = RowLayout.pack(
@@ -326,6 +315,26 @@ def _plan(
         )
     update, after = write_chain(meta, chain, new, init_value, draw, init_told, lease)
     return ChainPlan(outcomes, judged.conflicts, update, after)
+
+
+def initial_told(
+    meta: SessionMeta, chain: ChainView, value: float, new: Any, outcome: str
+) -> tuple[Any, float | None]:
+    """The chain after its initial point was told ``value`` (``outcome``: initialized,
+    or outside_support), and the init value it keeps: a point outside the support is
+    replaced by the chain's next drawn point (a new epoch, whose value is not told yet),
+    if it has one left and was not given by a reset."""
+    if outcome == "outside_support" and not chain.given:
+        new = (
+            redraw(
+                new,
+                center=meta.center(chain.chain),
+                radius=meta.initial_radius,
+                max_attempts=meta.max_initial_attempts,
+            )
+            or new
+        )
+    return new, (value if new.epoch == chain.state.epoch else None)
 
 
 def plan_chain(

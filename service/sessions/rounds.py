@@ -35,7 +35,6 @@ import numpy as np
 
 from kameleon.core import rounds
 from kameleon.core.base import Parts, Proposal, takes_steps, tell_one, transition_stats
-from kameleon.core.initial import redraw
 from kameleon.service.sessions.chains import ChainView, Held
 from kameleon.service.sessions.decide import (
     ChainPlan,
@@ -43,6 +42,7 @@ from kameleon.service.sessions.decide import (
     Told,
     chain_active,
     classify,
+    initial_told,
     write_chain,
 )
 from kameleon.service.sessions.errors import guarded
@@ -234,17 +234,7 @@ def _plan(
         )
         outcomes[t.at] = info.outcome
         if info.outcome in ("initialized", "outside_support"):
-            if info.outcome == "outside_support" and not chain.given:
-                new = (
-                    redraw(
-                        new,
-                        center=meta.center(chain.chain),
-                        radius=meta.initial_radius,
-                        max_attempts=meta.max_initial_attempts,
-                    )
-                    or new
-                )
-            init_value = t.value if new.epoch == state.epoch else None
+            new, init_value = initial_told(meta, chain, t.value, new, info.outcome)
             init_told = True
         elif info.outcome != "step":
             rows.append(_row(meta, t.value, new, info.outcome))
@@ -267,8 +257,8 @@ def _plan(
     give: list[Proposal] = []
     if active:
         front = guarded(chain.chain, lambda: sampler.ask(new, params))
-        if out is not None and out < position(front):
-            out = None  # every evaluation handed out is told
+        if out is not None and (out < position(front) or new.epoch != state.epoch):
+            out = None  # every evaluation handed out is told (or a new initial point's)
         if budget > 0:
             give = handable(meta, chain, new, kept, out, budget)
     if give:

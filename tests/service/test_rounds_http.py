@@ -282,3 +282,18 @@ def test_two_service_processes_share_a_round(redis_url: str, redis_prefix: str) 
             response = client_b.get(f"/v1/sessions/{sid}/draws?format=npy")
             draws = np.load(io.BytesIO(response.content))
             assert draws.tobytes() == in_process(algorithm).tobytes(), algorithm
+
+
+def test_an_initial_point_outside_the_support_is_replaced_then_rounds_follow(
+    client: TestClient,
+) -> None:
+    sid = _create(client, "smc", particles=8)
+    inits = _post(client, f"/v1/sessions/{sid}/ask", {"max": 2})["proposals"]
+    outside = {"id": inits[0]["id"], "log_density": None}
+    answer = _post(client, f"/v1/sessions/{sid}/step", {"results": [outside], "max": 8})
+    assert answer["results"][0]["outcome"] == "outside_support"
+    (again,) = [p for p in answer["proposals"] if p["chain"] == 0]
+    assert again["kind"] == "init" and again["id"] != inits[0]["id"]  # a new drawn point
+    answer = _post(client, f"/v1/sessions/{sid}/step", {"results": [_result(again)], "max": 8})
+    assert answer["results"][0]["outcome"] == "initialized"
+    assert [p["iteration"] for p in answer["proposals"]] == list(range(1, 9))  # a round

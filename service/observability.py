@@ -6,7 +6,8 @@ Metrics (prometheus-client, one registry per app):
   ``kameleon_request_seconds{method, route}`` (a histogram), with the route as a template
   (``/v1/sessions/{id}/step``), so their number stays bounded;
 - ``kameleon_results_total{outcome}``: told results by outcome (``accepted``,
-  ``rejected``, ``initialized``, ``outside_support``, ``duplicate``);
+  ``rejected``, ``initialized``, ``outside_support``, ``step``, ``duplicate``,
+  ``held``);
 - ``kameleon_proposals_total``: proposals handed out;
 - ``kameleon_sessions_created_total``;
 - ``kameleon_store_unavailable_total``: answers 503 because the store did not answer

@@ -69,8 +69,10 @@ async def ask(
 async def tell(session_id: str, body: TellRequest, sessions: SessionsDep, owner: OwnerDep) -> JSON:
     """Results for proposals, each applied exactly once; the answers come in request
     order, each naming its id and chain. A retried result with the same value answers
-    ``duplicate``; a different value for an applied id is 409. One invalid result fails
-    the whole request with 422 before anything is applied."""
+    ``duplicate``; a different value for an applied id is 409. A result for a round's
+    evaluation told ahead of its turn answers ``held`` and is applied in the chain's
+    order. One invalid result fails the whole request with 422 before anything is
+    applied."""
     return JSON(await sessions.tell(session_id, owner, body.results))
 
 

@@ -176,7 +176,7 @@ def test_a_lease_that_runs_out_hands_the_untold_out_again(
         first = _post(
             api,
             f"/v1/sessions/{sid}/step",
-            {"results": [_result(p) for p in inits], "max": 16, "lease_seconds": 0.5},
+            {"results": [_result(p) for p in inits], "max": 16, "lease_seconds": 2.0},
         )["proposals"]
         assert len(first) == 16
         late = [p for p in first if p["chain"] == 0][::2]  # every other particle of chain 0
@@ -189,7 +189,7 @@ def test_a_lease_that_runs_out_hands_the_untold_out_again(
         # While the lease runs, nobody is handed chain 0's round again.
         again = _post(api, f"/v1/sessions/{sid}/ask", {"max": 16})["proposals"]
         assert not [p for p in again if p["chain"] == 0]
-        time.sleep(0.7)
+        time.sleep(2.3)
         again = _post(api, f"/v1/sessions/{sid}/ask", {"max": 16})["proposals"]
         mine = [p for p in again if p["chain"] == 0]
         assert [p["id"] for p in mine] == [p["id"] for p in late]

@@ -234,7 +234,9 @@ class Proposal:
 @dataclass(frozen=True, slots=True)
 class TellOutcome:
     """What became of a told result: ``initialized``, ``outside_support``, ``accepted``,
-    ``rejected`` or ``duplicate`` (applied before with this value: nothing changed)."""
+    ``rejected``, ``step`` (within a transition), ``duplicate`` (applied before with
+    this value: nothing changed) or ``held`` (a round's evaluation told ahead of its
+    turn: applied once those before it are told)."""
 
     id: str
     chain: int

@@ -21,7 +21,7 @@ from kameleon.service.sessions.errors import Conflict, guarded
 from kameleon.service.sessions.meta import SessionMeta
 from kameleon.service.store.base import ChainRecord, Store
 
-__all__ = ["LRU", "ChainView", "Chains", "Held", "MetaChanged", "encode_state"]
+__all__ = ["LRU", "ChainView", "Chains", "Held", "MetaChanged", "PointLease", "encode_state"]
 
 #: Chains whose decoded state (and cold part) a process keeps. These caches only save
 #: store reads: a chain that fell out is read again. A kernel sampler's chain holds its
@@ -36,9 +36,9 @@ _GIVEN = "given"
 _REVISION = "revision"
 #: Keys of the encoded hot state of a chain with rounds (:mod:`kameleon.core.rounds`):
 #: the results told ahead of the chain's outstanding evaluation, kept until those before
-#: them are told, and the last evaluation of its round handed out under its lease.
+#: them are told, and the leases of its round's evaluations handed out.
 _HELD = "held"
-_OUT = "out"
+_LEASES = "leases"
 
 
 class Held(NamedTuple):
@@ -91,6 +91,25 @@ class LRU(OrderedDict[Any, Any]):
             self.popitem(last=False)
 
 
+class PointLease(NamedTuple):
+    """The lease of one evaluation of a chain's round: until when (the store's clock)
+    no one else is handed it, and the ``request_id`` of the request it was handed to
+    (``None``: none given), so that a retry of that request gets it back."""
+
+    iteration: int
+    step: int
+    until: float
+    request: str | None = None
+
+    def encoded(self) -> list[Any]:
+        return [self.iteration, self.step, self.until.hex(), self.request]
+
+    @classmethod
+    def decoded(cls, doc: Any) -> PointLease:
+        iteration, step, until, request = doc
+        return cls(int(iteration), int(step), float.fromhex(until), request and str(request))
+
+
 @dataclass(frozen=True, slots=True)
 class ChainView:
     """A chain's record with its state decoded.
@@ -115,10 +134,9 @@ class ChainView:
     #: (:func:`kameleon.core.serialization.encode`).
     encoded: Memo | None = field(default=None, compare=False, repr=False)
     #: A chain with rounds: results told ahead of its outstanding evaluation, in order,
-    #: and the ``(iteration, step)`` of the last evaluation handed out under its lease
-    #: (``None``: none beyond those told).
+    #: and the leases of its round's evaluations handed out and not told.
     held: tuple[Held, ...] = ()
-    out: tuple[int, int] | None = None
+    leases: tuple[PointLease, ...] = ()
 
     @property
     def waiting(self) -> bool:
@@ -151,10 +169,10 @@ def encode_state(
     memo: Memo | None = None,
     kept: Memo | None = None,
     held: Sequence[Held] = (),
-    out: tuple[int, int] | None = None,
+    leases: Sequence[PointLease] = (),
 ) -> tuple[bytes, bytes | None]:
     """The stored hot part (with the mark of a chain given a point by a reset, the
-    metadata's ``revision`` and a round's ``held`` results and ``out``) and, when
+    metadata's ``revision`` and a round's ``held`` results and ``leases``) and, when
     ``with_cold``, the cold part. ``memo`` and ``kept``: see
     :func:`kameleon.core.serialization.encode`."""
     hot_doc, cold_doc = encode(state, with_cold=with_cold, memo=memo, kept=kept)
@@ -164,8 +182,8 @@ def encode_state(
         hot_doc[_REVISION] = revision
     if held:
         hot_doc[_HELD] = [h.encoded() for h in held]
-    if out is not None:
-        hot_doc[_OUT] = list(out)
+    if leases:
+        hot_doc[_LEASES] = [lease.encoded() for lease in leases]
     return dumps(hot_doc), (dumps(cold_doc) if with_cold else None)
 
 
@@ -208,8 +226,7 @@ class Chains:
             hot = loads(record.state)
             state = decode(hot, cold)
             held = tuple(Held.decoded(h) for h in hot.get(_HELD, ()))
-            out = hot.get(_OUT)
-            out = None if out is None else (int(out[0]), int(out[1]))
+            leases = tuple(PointLease.decoded(x) for x in hot.get(_LEASES, ()))
         except (CodecError, ValueError, TypeError) as exc:  # a corrupt store entry
             raise Conflict(f"chain {record.chain} cannot be decoded: {exc}") from None
         chain = ChainView(
@@ -223,7 +240,7 @@ class Chains:
             hot.get(_GIVEN) is True,
             int(hot.get(_REVISION, 0)),
             held=held,
-            out=out,
+            leases=leases,
         )
         self._chains.put(key, chain)
         return _checked(meta, chain)

@@ -36,7 +36,7 @@ from kameleon.core.batch import tell_many
 from kameleon.core.initial import redraw
 from kameleon.core.serialization import Memo, cold_changed
 from kameleon.service.ids import ProposalId
-from kameleon.service.sessions.chains import ChainView, Held, encode_state
+from kameleon.service.sessions.chains import ChainView, Held, PointLease, encode_state
 from kameleon.service.sessions.draws import RowLayout
 from kameleon.service.sessions.errors import guarded
 from kameleon.service.sessions.meta import SessionMeta
@@ -376,11 +376,11 @@ def write_chain(
     *,
     rows: int = 1,
     held: tuple[Held, ...] = (),
-    out: tuple[int, int] | None = None,
+    leases: tuple[PointLease, ...] = (),
 ) -> tuple[ChainUpdate, ChainView]:
     """The write that takes ``chain`` to ``state`` (``draw``: ``rows`` rows, or
-    ``None``; ``held`` and ``out``: a chain with rounds, :mod:`.rounds`), and the chain
-    after it."""
+    ``None``; ``held`` and ``leases``: a chain with rounds, :mod:`.rounds`), and the
+    chain after it."""
     changed = cold_changed(chain.state, state)
     memo: Memo = {}
     hot, cold = encode_state(
@@ -391,7 +391,7 @@ def write_chain(
         memo=memo,
         kept=chain.encoded,
         held=held,
-        out=out,
+        leases=leases,
     )
     after = ChainView(
         chain.chain,
@@ -405,7 +405,7 @@ def write_chain(
         meta.revision,
         memo,
         held,
-        out,
+        leases,
     )
     active = chain_active(meta, state, init_value)
     update = ChainUpdate(

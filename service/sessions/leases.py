@@ -10,15 +10,16 @@ first stands, and a proposal told meanwhile is no longer outstanding (409).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
 from kameleon.core.base import takes_steps
 from kameleon.service.ids import ProposalId, parse_id
-from kameleon.service.sessions.chains import Chains, ChainView, encode_state
+from kameleon.service.sessions.chains import Chains, ChainView, PointLease, encode_state
 from kameleon.service.sessions.errors import Busy, Invalid, guarded
 from kameleon.service.sessions.meta import SessionMeta
-from kameleon.service.sessions.rounds import handable
+from kameleon.service.sessions.rounds import handable, lease_plan
 from kameleon.service.sessions.stepping import MAX_ATTEMPTS, iso, session_status
 from kameleon.service.sessions.told import conflict
 from kameleon.service.store.base import ChainUpdate, Store
@@ -45,20 +46,29 @@ async def set_leases(
         ]
         if refused:
             raise conflict(refused)
-        updates = [_rewrite(meta, current[c], seconds) for c in wanted]
+        if meta.sampler.round_size is not None:
+            now = (await store.apply(meta.id, [])).now  # the store's clock
+            relet = {c: _relet(meta, current[c], pids, seconds, now) for c in wanted}
+            updates = [update for update, _ in relet.values()]
+        else:
+            updates = [_rewrite(meta, current[c], seconds) for c in wanted]
         result = await store.apply(meta.id, updates)
         if result.conflicts:
             continue  # a chain moved on meanwhile: judge the ids again
-        for c in wanted:
-            chains.rewritten(meta, current[c])
-        until = {r.chain: r.lease_until for r in result.leased}
+        if meta.sampler.round_size is not None:
+            point: dict[tuple[int, int, int], float] = {}
+            for c, (_, after) in relet.items():
+                chains.remember(meta, after)
+                point.update({(c, x.iteration, x.step): x.until for x in after.leases})
+            ends = [point.get((p.chain, p.iteration, p.step)) for p in pids]
+        else:
+            for c in wanted:
+                chains.rewritten(meta, current[c])
+            until = {r.chain: r.lease_until for r in result.leased}
+            ends = [until.get(p.chain) for p in pids]
         leases = [
-            {
-                "id": ids[i],
-                "chain": p.chain,
-                "lease_expires_at": iso(until[p.chain]) if p.chain in until else None,
-            }
-            for i, p in enumerate(pids)
+            {"id": ids[i], "chain": p.chain, "lease_expires_at": None if end is None else iso(end)}
+            for i, (p, end) in enumerate(zip(pids, ends, strict=True))
         ]
         return {
             "leases": leases,
@@ -113,7 +123,7 @@ def _not_in_round(meta: SessionMeta, ch: ChainView, pid: ProposalId) -> str | No
         return "is not outstanding: it was told already"
     if any(
         (p.iteration, p.step) == (pid.iteration, pid.step)
-        for p in handable(meta, ch, ch.state, ch.held, None)
+        for p in handable(meta, ch, ch.state, ch.held, (), 0.0)
     ):
         return None
     if pid.iteration == ch.state.iteration + 1 and takes_steps(meta.sampler):
@@ -123,10 +133,37 @@ def _not_in_round(meta: SessionMeta, ch: ChainView, pid: ProposalId) -> str | No
     return OBSOLETE
 
 
+def _relet(
+    meta: SessionMeta, ch: ChainView, pids: Sequence[ProposalId], seconds: float, now: float
+) -> tuple[ChainUpdate, ChainView]:
+    """A chain with rounds with the leases of its evaluations among ``pids`` renewed to
+    ``seconds`` from ``now`` (or, for 0, ended: each may be handed out again at once),
+    its lease in the store set to when it next has something to hand out; the chain
+    after."""
+    places = {(p.iteration, p.step) for p in pids if p.chain == ch.chain}
+    by_place = {(x.iteration, x.step): x for x in ch.leases}
+    for place in places:
+        old = by_place.pop(place, None)
+        if seconds > 0:
+            request = None if old is None else old.request
+            by_place[place] = PointLease(place[0], place[1], now + seconds, request)
+    leases = tuple(by_place[k] for k in sorted(by_place))
+    _, leases, store_seconds = lease_plan(
+        meta, ch, ch.state, ch.held, leases, now, give=0, seconds=0.0, request=None
+    )
+    hot, _ = encode_state(
+        ch.state, ch.given, False, meta.revision, kept=ch.encoded, held=ch.held, leases=leases
+    )
+    update = ChainUpdate(
+        ch.chain, ch.version, hot, True, init_value=ch.init_value, lease_seconds=store_seconds
+    )
+    return update, dataclasses.replace(ch, version=ch.version + 1, leases=leases)
+
+
 def _rewrite(meta: SessionMeta, ch: ChainView, seconds: float) -> ChainUpdate:
     """The chain's record as it is, its lease set to ``seconds`` from now (0: released)."""
     hot, _ = encode_state(
-        ch.state, ch.given, False, meta.revision, kept=ch.encoded, held=ch.held, out=ch.out
+        ch.state, ch.given, False, meta.revision, kept=ch.encoded, held=ch.held, leases=ch.leases
     )
     return ChainUpdate(
         ch.chain, ch.version, hot, True, init_value=ch.init_value, lease_seconds=seconds

@@ -113,7 +113,9 @@ async def rewrite_chains(store: Store, chains: Chains, new: SessionMeta, keep_le
         views = [await chains.decode(new, r) for r in records]
         updates = []
         for record, ch in zip(records, views, strict=True):
-            hot, _ = encode_state(ch.state, ch.given, False, new.revision, held=ch.held, out=ch.out)
+            hot, _ = encode_state(
+                ch.state, ch.given, False, new.revision, held=ch.held, leases=ch.leases
+            )
             # Counted finished: a chain with a state that has nothing to hand out.
             finished = ch.state.logdensity is not None and not record.active
             updates.append(

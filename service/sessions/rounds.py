@@ -1,9 +1,14 @@
 """Chains with rounds (:mod:`kameleon.core.rounds`): a round's evaluations handed out
-together, their results taken in any order and applied in the chain's.
+together, each under a lease of its own, their results taken in any order and applied
+in the chain's.
 
 A chain with rounds keeps, in its hot record, the results told ahead of its outstanding
-evaluation (``held``: kept until those before them are told) and the last evaluation of
-its round handed out under its lease (``out``). Deciding a request on such a chain:
+evaluation (``held``: kept until those before them are told) and the lease of each
+evaluation of its round handed out and not told (``leases``: until when, on the store's
+clock, and for which ``request_id``). The chain's lease in the store says when the chain
+next has something to hand out: now (0) while an evaluation of its round is neither
+told nor leased, else when the first of its evaluations' leases runs out. Deciding a
+request on such a chain:
 
 1. Each told result is judged as for any chain (:func:`.decide.classify`) when it is
    for the outstanding evaluation, one before it or the initial point; one for a later
@@ -12,17 +17,13 @@ its round handed out under its lease (``out``). Deciding a request on such a cha
 2. The outstanding evaluation's result is applied, then every held result that follows
    it in the chain's order, each through the sampler's ``tell``: the draws are those of
    the same results told one by one (one row each, all in one write).
-3. The chain's lease: the round's evaluations not yet handed out (after ``out``, not
-   held) go to the request, up to its ``max``, under a new lease; with none to give, a
-   chain whose handed-out evaluations are all told is released, and one with some
-   still out keeps its lease (:data:`~kameleon.service.store.base.KEEP_LEASE`), so
-   that no one is handed them again until it runs out.
+3. The round's evaluations that are neither held nor under a running lease go to the
+   request, up to its ``max``, each leased to it; the chain's lease is set as above.
 
-A chain that a request leases from the free ones (:meth:`Stepper.step`) hands out its
-round's evaluations that are not held, up to what the request still wants, and records
-``out`` in a second write (its lease kept). A lease that runs out frees the chain: the
-next ask hands out again every evaluation of its round whose result is not in, with the
-same ids and points.
+A chain that a request leases from the free ones (:meth:`Stepper.step`) hands out the
+same way, in a second write. A lease that runs out makes its evaluation free again: the
+next ask hands it out, with the same id and point. A retried request (its
+``request_id``) gets back the evaluations still leased to it.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ import numpy as np
 
 from kameleon.core import rounds
 from kameleon.core.base import Parts, Proposal, takes_steps, tell_one, transition_stats
-from kameleon.service.sessions.chains import ChainView, Held
+from kameleon.service.sessions.chains import ChainView, Held, PointLease
 from kameleon.service.sessions.decide import (
     ChainPlan,
     Classified,
@@ -48,9 +49,8 @@ from kameleon.service.sessions.decide import (
 from kameleon.service.sessions.errors import guarded
 from kameleon.service.sessions.meta import SessionMeta
 from kameleon.service.sessions.rows import RowLayout
-from kameleon.service.store.base import KEEP_LEASE
 
-__all__ = ["decide_rounds", "handable", "position"]
+__all__ = ["decide_rounds", "handable", "lease_plan", "position"]
 
 Position = tuple[int, int]
 
@@ -72,13 +72,15 @@ def handable(
     chain: ChainView,
     state: object,
     held: Sequence[Held],
-    after: Position | None,
+    leases: Sequence[PointLease],
+    now: float,
     limit: int | None = None,
 ) -> list[Proposal]:
-    """The evaluations of the chain's round (in ``state``) that can be handed out, at
-    most ``limit``: not held, after ``after`` (``None``: from the outstanding one),
-    within the session. Asked one by one, as far as they are needed."""
+    """The evaluations of the chain's round (in ``state``) that can be handed out at
+    ``now``, at most ``limit``: not held, not under a lease running at ``now``, within
+    the session. Asked one by one, as far as they are needed."""
     taken = {(h.iteration, h.step) for h in held}
+    taken |= {(x.iteration, x.step) for x in leases if x.until > now}
     sampler, params = meta.sampler, meta.params
     size = guarded(chain.chain, functools.partial(rounds.size, sampler, state, params))
     out: list[Proposal] = []
@@ -90,10 +92,47 @@ def handable(
         )
         if not _issued(meta, p):
             break
-        if (p.iteration, p.step) in taken or (after is not None and position(p) <= after):
-            continue
-        out.append(p)
+        if position(p) not in taken:
+            out.append(p)
     return out
+
+
+def lease_plan(
+    meta: SessionMeta,
+    chain: ChainView,
+    state: object,
+    held: Sequence[Held],
+    leases: Sequence[PointLease],
+    now: float,
+    *,
+    give: int,
+    seconds: float,
+    request: str | None,
+) -> tuple[list[Proposal], tuple[PointLease, ...], float]:
+    """What a chain with rounds (in ``state``) hands out at ``now``, at most ``give``
+    evaluations each leased for ``seconds`` to ``request``; its evaluations' leases
+    after that (those of evaluations still to tell, ahead of ``state``); and the lease
+    seconds to write for the chain in the store (0: it has more to hand out now)."""
+    given = handable(meta, chain, state, held, leases, now, give) if give > 0 else []
+    if state.logdensity is None:  # type: ignore[attr-defined]
+        front: Position = (0, 0)
+    else:
+        front = position(guarded(chain.chain, lambda: meta.sampler.ask(state, meta.params)))
+    heldat = {(h.iteration, h.step) for h in held}
+    replaced = {position(p) for p in given}
+    kept = [
+        x
+        for x in leases
+        if (x.iteration, x.step) >= front
+        and (x.iteration, x.step) not in heldat
+        and (x.iteration, x.step) not in replaced
+    ]
+    kept += [PointLease(p.iteration, p.step, now + seconds, request) for p in given]
+    kept.sort(key=lambda x: (x.iteration, x.step))
+    more = handable(meta, chain, state, held, kept, now, 1)
+    running = [x.until for x in kept if x.until > now]
+    store_seconds = 0.0 if more or not running else max(1e-3, min(running) - now)
+    return given, tuple(kept), store_seconds
 
 
 def _same(a: float | None, b: float | None) -> bool:
@@ -185,9 +224,13 @@ def decide_rounds(
     proposal: Callable[[ChainView], Proposal],
     lease: float = 0.0,
     budget: int = 0,
+    now: float = 0.0,
+    request: str | None = None,
 ) -> dict[int, ChainPlan]:
     """:func:`.decide.decide` for a sampler with rounds: the module docstring's steps;
-    ``budget`` counts the evaluations to hand out (:attr:`ChainPlan.handed`)."""
+    ``budget`` counts the evaluations to hand out (:attr:`ChainPlan.handed`), each
+    leased for ``lease`` seconds from ``now`` (the store's clock, as this process
+    reckons it) to ``request``."""
     judged: dict[int, tuple[Classified, dict[Position, Told]]] = {}
     for c, told in by_chain.items():
         ch = current[c]
@@ -199,7 +242,7 @@ def decide_rounds(
         }
     plans: dict[int, ChainPlan] = {}
     for c, (k, ahead) in judged.items():
-        plan = _plan(meta, current[c], k, ahead, lease, budget)
+        plan = _plan(meta, current[c], k, ahead, lease, budget, now, request)
         budget -= len(plan.handed)
         plans[c] = plan
     return plans
@@ -212,6 +255,8 @@ def _plan(
     ahead: dict[Position, Told],
     lease: float,
     budget: int,
+    now: float,
+    request: str | None,
 ) -> ChainPlan:
     """Steps 2 and 3 for one chain."""
     sampler, params = meta.sampler, meta.params
@@ -253,20 +298,14 @@ def _plan(
             rows.append(_row(meta, h.value, new, info.outcome))
     kept = tuple(held[place] for place in sorted(held))
     active = chain_active(meta, new, init_value)
-    out = chain.out
+    leases = chain.leases if new.epoch == state.epoch else ()  # a new initial point's
     give: list[Proposal] = []
     if active:
-        front = guarded(chain.chain, lambda: sampler.ask(new, params))
-        if out is not None and (out < position(front) or new.epoch != state.epoch):
-            out = None  # every evaluation handed out is told (or a new initial point's)
-        if budget > 0:
-            give = handable(meta, chain, new, kept, out, budget)
-    if give:
-        lease_seconds, out = lease, position(give[-1])
-    elif out is None or not active:
-        lease_seconds, out = 0.0, None
+        give, leases, lease_seconds = lease_plan(
+            meta, chain, new, kept, leases, now, give=budget, seconds=lease, request=request
+        )
     else:
-        lease_seconds = KEEP_LEASE
+        leases, lease_seconds = (), 0.0
     update, after = write_chain(
         meta,
         chain,
@@ -277,7 +316,7 @@ def _plan(
         lease_seconds,
         rows=len(rows),
         held=kept,
-        out=out,
+        leases=leases,
     )
     return ChainPlan(outcomes, judged.conflicts, update, after, handed=tuple(give))
 

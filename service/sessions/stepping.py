@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -28,10 +29,9 @@ from kameleon.service.sessions.diagnostics import Diagnostics, crossed
 from kameleon.service.sessions.draws import told as told_value
 from kameleon.service.sessions.errors import Busy, Conflict, Invalid, NotFound, SamplerFailed
 from kameleon.service.sessions.meta import SessionMeta
-from kameleon.service.sessions.rounds import decide_rounds, handable, position
+from kameleon.service.sessions.rounds import decide_rounds, handable, lease_plan, position
 from kameleon.service.sessions.told import Result, parse, refusal
 from kameleon.service.store.base import (
-    KEEP_LEASE,
     ApplyResult,
     ChainRecord,
     ChainUpdate,
@@ -88,6 +88,9 @@ class Stepper:
         self.settings = settings
         self.chains = chains
         self.diagnostics = diagnostics
+        #: The store's clock less this process's, as the store's last answer showed it:
+        #: the leases of a round's evaluations are written in the store's time.
+        self._clock = 0.0
         #: The session's metadata after the given one, which a chain showed out of date.
         self.refresh = refresh
         self._grants = LRU(10_000)  # open-ended sessions: iterations paid for
@@ -136,7 +139,9 @@ class Stepper:
             raise Conflict(errors[0]["message"], ids=unknown, errors=errors)
         ids = [r.id for r in results]
         try:
-            meta, plans, result = await self._write(meta, by_chain, ids, want, lease, request)
+            meta, plans, result, touched = await self._write(
+                meta, by_chain, ids, want, lease, request
+            )
         except SamplerFailed as exc:
             raise await self._stop(meta, exc, "nothing in this request was applied") from None
         outcomes = {i: o for plan in plans.values() for i, o in plan.outcomes.items()}
@@ -146,7 +151,9 @@ class Stepper:
         ]
         try:
             if meta.sampler.round_size is not None:
-                meta, proposals = await self._rounds_handed_out(meta, plans, result, want)
+                meta, proposals = await self._rounds_handed_out(
+                    meta, plans, result, want, lease, request, touched
+                )
             else:
                 meta, proposals = await self._handed_out_all(meta, plans, result)
         except SamplerFailed as exc:
@@ -186,58 +193,101 @@ class Stepper:
         ]
 
     async def _rounds_handed_out(
-        self, meta: SessionMeta, plans: dict[int, ChainPlan], result: ApplyResult, want: int
+        self,
+        meta: SessionMeta,
+        plans: dict[int, ChainPlan],
+        result: ApplyResult,
+        want: int,
+        lease: float,
+        request: str | None,
+        touched: Sequence[ChainView],
     ) -> tuple[SessionMeta, list[dict[str, Any]]]:
         """The evaluations handed out by chains with rounds (:mod:`.rounds`): those the
         told chains' updates leased, then, from each chain leased free, its round's
-        evaluations not held, up to ``want`` in all, recorded as its ``out`` in one more
-        write that keeps its lease; the chains leased beyond what ``want`` needed are
-        released by that write, as they are (one chain is leased per evaluation wanted,
-        as for any sampler: a chain's round may be one evaluation). A retried request
-        (``replayed``) is handed what it was handed before: each chain's round up to its
-        ``out``, with nothing written."""
+        evaluations neither held nor leased, up to ``want`` in all, each leased in one
+        more write; the chains leased beyond what ``want`` needed are released by that
+        write, as they are (one chain is leased per evaluation wanted, as for any
+        sampler: a chain's round may be one evaluation).
+
+        A retried request gets back the evaluations still leased to it (its
+        ``request_id``): from every chain when the store recognised it (``replayed``,
+        with nothing further leased or written), and in any case from the chains it
+        told results for, ``touched`` (a step whose answer was lost, retried: its results answer
+        ``duplicate``, and what it was handed is still its)."""
         handed: list[dict[str, Any]] = []
-        left = want - sum(len(p.handed) for p in plans.values())
+        for plan in plans.values():
+            if plan.after is not None and plan.handed:
+                handed += self._round_points(plan.after, plan.handed)
+        if request is not None:
+            seen = {h["id"] for h in handed}
+            mine = await self.chains.load(meta, range(meta.chains)) if result.replayed else touched
+            for ch in mine:
+                points = self._leased_to(meta, ch, request, result.now)
+                handed += [h for h in self._round_points(ch, points) if h["id"] not in seen]
+        if result.replayed:
+            return meta, handed
+        left = want - len(handed)
         writes: list[tuple[ChainUpdate, ChainView | None]] = []
-        gives: list[tuple[ChainRecord, ChainView, list[Proposal]]] = []
+        gives: list[tuple[ChainView, list[Proposal]]] = []
         for record in result.leased:
-            plan = plans.get(record.chain)
-            if plan is not None and plan.after is not None and plan.handed:
-                handed += [self._handed_out(plan.after, p, record.lease_until) for p in plan.handed]
-                continue
-            if left <= 0 and not result.replayed:  # not needed: released, unread
+            if record.chain in plans and plans[record.chain].after is not None:
+                continue  # leased by its update: handed above
+            if left <= 0:  # not needed: released, unread (it was free)
                 release = ChainUpdate(
                     record.chain, record.version, record.state, True, init_value=record.init_value
                 )
                 writes.append((release, None))
                 continue
             meta, ch = await self._decoded(meta, record)
-            if result.replayed:
-                out = ch.out
-                round_ = handable(meta, ch, ch.state, ch.held, None)
-                give = [] if out is None else [p for p in round_ if position(p) <= out]
-            else:
-                give = handable(meta, ch, ch.state, ch.held, None, left)
-                left -= len(give)
-                out = position(give[-1]) if give else None
-                hot, _ = encode_state(
-                    ch.state, ch.given, False, meta.revision, kept=ch.encoded, held=ch.held, out=out
-                )
-                update = ChainUpdate(
-                    ch.chain,
-                    ch.version,
-                    hot,
-                    True,
-                    init_value=ch.init_value,
-                    lease_seconds=KEEP_LEASE if give else 0.0,
-                )
-                writes.append((update, dataclasses.replace(ch, version=ch.version + 1, out=out)))
-            gives.append((record, ch, give))
+            give, leases, seconds = lease_plan(
+                meta,
+                ch,
+                ch.state,
+                ch.held,
+                ch.leases,
+                result.now,
+                give=left,
+                seconds=lease,
+                request=request,
+            )
+            left -= len(give)
+            hot, _ = encode_state(
+                ch.state,
+                ch.given,
+                False,
+                meta.revision,
+                kept=ch.encoded,
+                held=ch.held,
+                leases=leases,
+            )
+            update = ChainUpdate(
+                ch.chain, ch.version, hot, True, init_value=ch.init_value, lease_seconds=seconds
+            )
+            after = dataclasses.replace(ch, version=ch.version + 1, leases=leases)
+            writes.append((update, after))
+            gives.append((after, give))
         refused = await self._write_free(meta, writes)
-        for record, ch, give in gives:
+        for ch, give in gives:
             if ch.chain not in refused:
-                handed += [self._handed_out(ch, p, record.lease_until) for p in give]
+                handed += self._round_points(ch, give)
         return meta, handed
+
+    @staticmethod
+    def _leased_to(meta: SessionMeta, ch: ChainView, request: str, now: float) -> list[Proposal]:
+        """The evaluations of ``ch``'s round leased to ``request`` and running at
+        ``now``."""
+        places = {
+            (x.iteration, x.step) for x in ch.leases if x.request == request and x.until > now
+        }
+        if not places:
+            return []
+        points = handable(meta, ch, ch.state, ch.held, (), now)
+        return [p for p in points if position(p) in places]
+
+    def _round_points(self, ch: ChainView, points: Sequence[Proposal]) -> list[dict[str, Any]]:
+        """``points`` of ``ch``'s round as handed out, each with its own lease's end."""
+        until = {(x.iteration, x.step): x.until for x in ch.leases}
+        return [self._handed_out(ch, p, until[position(p)]) for p in points]
 
     async def _write_free(
         self, meta: SessionMeta, writes: list[tuple[ChainUpdate, ChainView | None]]
@@ -308,7 +358,7 @@ class Stepper:
         want: int,
         lease: float,
         request: str | None = None,
-    ) -> tuple[SessionMeta, dict[int, ChainPlan], ApplyResult]:
+    ) -> tuple[SessionMeta, dict[int, ChainPlan], ApplyResult, list[ChainView]]:
         """Decide and write, until the store takes the write; the metadata decided on
         (``meta``, or a later revision that a chain showed), the plans and what the store
         did."""
@@ -322,7 +372,7 @@ class Stepper:
                 meta = await self.refresh(meta)
                 reload, verified = set(by_chain), set()
                 continue
-            decided = self._decide(meta, current, by_chain, history, want, lease)
+            decided = self._decide(meta, current, by_chain, history, want, lease, request)
             reload = {c for c in decided.plans if decided.plans[c].conflicts} - verified
             if reload:
                 continue  # decided on a cached state: the chain may have moved on elsewhere
@@ -339,10 +389,15 @@ class Stepper:
                 exclude=list(by_chain),
                 request=request,
             )
+            self._clock = result.now - time.time()
             if not result.conflicts:
                 for plan in _written(decided.plans):
                     self.chains.remember(meta, plan.after)
-                return meta, decided.plans, result
+                touched = [
+                    after if (after := decided.plans[c].after) is not None else current[c]
+                    for c in by_chain
+                ]
+                return meta, decided.plans, result, touched
             try:
                 for chain, record in result.conflicts.items():
                     await self.chains.decode(meta, record)  # refresh the cache, decide again
@@ -360,18 +415,32 @@ class Stepper:
         history: dict[int, dict[int, float]],
         want: int,
         lease: float,
+        request: str | None,
     ) -> _Round:
         """One decision of the whole request on ``current`` (:func:`.decide.decide`)."""
         rounds = meta.sampler.round_size is not None
-        plans = (decide_rounds if rounds else decide)(
-            meta,
-            current,
-            by_chain,
-            history=history,
-            proposal=lambda ch: self.chains.proposal(meta, ch),
-            lease=lease,
-            budget=want,
-        )
+        if rounds:
+            plans = decide_rounds(
+                meta,
+                current,
+                by_chain,
+                history=history,
+                proposal=lambda ch: self.chains.proposal(meta, ch),
+                lease=lease,
+                budget=want,
+                now=time.time() + self._clock,
+                request=request,
+            )
+        else:
+            plans = decide(
+                meta,
+                current,
+                by_chain,
+                history=history,
+                proposal=lambda ch: self.chains.proposal(meta, ch),
+                lease=lease,
+                budget=want,
+            )
         decided = _Round(plans, [], 0)
         leasing = 0
         for chain, plan in plans.items():

@@ -18,8 +18,8 @@
 --   of warming, finished and waiting, the lengths of the state, the cold part (0 =
 --   unchanged) and the draw rows (0 = none), 1 if an init value follows, the number of
 --   draw rows; then the state, cold part, draw rows and init value (8 bytes)
---   themselves (lease seconds -1: the chain's lease stays as it is) (one argument, not
---   twelve per update: packing thousands of arguments cost a third of a 256-chain step)
+--   themselves (one argument, not twelve per update: packing thousands of arguments
+--   cost a third of a 256-chain step)
 -- then the deadline: a time on the server's clock after which the script changes
 --   nothing ("" = none). A script that the server runs late (it was stalled, and the
 --   caller has given up and answered that nothing changed) keeps that answer true.
@@ -143,12 +143,6 @@ local function write_update(up, r, now, stopped_by)
   end
   if up.active ~= '1' then
     redis.call('ZREM', KEYS[2], up.chain)
-    return nil
-  end
-  if up.lease < 0 then  -- the lease stays as it is
-    if not redis.call('ZSCORE', KEYS[2], up.chain) then
-      redis.call('ZADD', KEYS[2], 0, up.chain)
-    end
     return nil
   end
   local lease_until = '0'

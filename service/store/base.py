@@ -126,10 +126,6 @@ class ChainRecord:
     inits: int = 0
 
 
-#: :attr:`ChainUpdate.lease_seconds` that leaves the chain's lease as it is.
-KEEP_LEASE = -1.0
-
-
 class Counts(NamedTuple):
     """The session's chains still in warm-up, done, and waiting for a new initial point:
     totals in an :class:`ApplyResult`, changes in a :class:`ChainUpdate`."""
@@ -150,10 +146,8 @@ class ChainUpdate:
     replaces the cold part (and bumps ``cold_version``) unless ``None``; ``draw`` is
     appended as ``rows`` rows (and bumps ``draws`` by ``rows``) unless ``None``;
     ``init_told`` bumps ``inits``. ``lease_seconds`` > 0 leases the chain's next
-    proposal to the caller if the chain is active (and the session not stopped); 0
-    releases the lease; :data:`KEEP_LEASE` leaves an active chain's lease as it is
-    (a round of proposals, some still out: :mod:`kameleon.core.rounds`), and it is not
-    in the answer's ``leased``. ``counts`` is what this write changes in the session's
+    proposal to the caller if the chain is active (and the session not stopped), else
+    the lease is released. ``counts`` is what this write changes in the session's
     :class:`Counts`.
     """
 

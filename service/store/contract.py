@@ -28,7 +28,6 @@ from typing import Any
 import pytest
 
 from kameleon.service.store.base import (
-    KEEP_LEASE,
     ChainRecord,
     ChainUpdate,
     Counts,
@@ -205,25 +204,6 @@ async def test_an_update_appends_several_rows(store: Store) -> None:
     assert await store.read_draws("s1", 1, 0, 9, ROW) == b"".join(rows)
     (rec,) = await store.load_chains("s1", [1])
     assert rec.draws == 5
-
-
-async def test_an_update_may_keep_the_lease(store: Store) -> None:
-    await create(store, chains=3)
-    first = await store.apply("s1", [], lease=1, lease_seconds=60)
-    assert [r.chain for r in first.leased] == [0]
-    until = first.leased[0].lease_until
-    kept = await store.apply(
-        "s1", [update(0, 0, lease_seconds=KEEP_LEASE)], lease=1, lease_seconds=60
-    )
-    assert [r.chain for r in kept.leased] == [1]  # chain 0 is not handed out again
-    (rec,) = await store.load_chains("s1", [0])
-    assert rec.version == 1 and abs(rec.lease_until - until) < 1e-5
-    assert (await store.apply("s1", [], lease=3, lease_seconds=60)).leased[0].chain == 2
-    # A free chain stays free.
-    await store.apply("s1", [update(0, 1)])
-    await store.apply("s1", [update(0, 2, lease_seconds=KEEP_LEASE)])
-    again = await store.apply("s1", [], lease=3, lease_seconds=60)
-    assert [r.chain for r in again.leased] == [0]
 
 
 async def test_leases(store: Store) -> None:

@@ -336,8 +336,6 @@ def _write(session: _Session, up: ChainUpdate, now: float) -> ChainRecord | None
         draws += up.rows
     lease_next = up.lease_seconds > 0 and up.active and session.stopped_by is None
     lease_until = now + up.lease_seconds if lease_next else 0.0
-    if up.lease_seconds < 0 and up.active:  # KEEP_LEASE
-        lease_until = current.lease_until
     record = ChainRecord(
         chain=up.chain,
         version=current.version + 1,

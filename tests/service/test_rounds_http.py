@@ -251,11 +251,9 @@ def test_a_retried_ask_gets_its_round_back(start_client: Callable[..., TestClien
         _post(api, f"/v1/sessions/{sid}/tell", {"results": [_result(first[2])]})
         third = _post(api, f"/v1/sessions/{sid}/ask", body)["proposals"]
         assert third == first[:2] + first[3:]  # without the one told since
-        # Nothing else was leased: chain 1's other rungs go to the next request.
+        # Chain 1's other four rungs are no one's: the next ask gets them.
         rest = _post(api, f"/v1/sessions/{sid}/ask", {"max": 8})["proposals"]
-        # Chain 1 stays leased while two of its rungs are out: its other four go to
-        # whoever tells those two, or to the next ask once the lease runs out.
-        assert rest == []
+        assert [p["id"] for p in rest] == [f"c1.i1.s{k}" for k in range(2, 6)]
 
 
 @pytest.mark.slow
@@ -297,3 +295,31 @@ def test_an_initial_point_outside_the_support_is_replaced_then_rounds_follow(
     answer = _post(client, f"/v1/sessions/{sid}/step", {"results": [_result(again)], "max": 8})
     assert answer["results"][0]["outcome"] == "initialized"
     assert [p["iteration"] for p in answer["proposals"]] == list(range(1, 9))  # a round
+
+
+def test_workers_asking_one_at_a_time_share_a_round(
+    start_client: Callable[..., TestClient],
+) -> None:
+    """Each evaluation of a round has a lease of its own: eight workers asking for one
+    point each are handed eight different particles of one chain; one handed back is
+    the only one handed out again; a worker whose step's answer was lost gets its point
+    back by retrying with the same request_id."""
+    for store in ("memory", "redis"):
+        api = start_client(store)
+        body = {"algorithm": "smc", "dim": DIM, "chains": 1, "seed": SEED, "warmup": 100}
+        sid = api.post("/v1/sessions", json={**body, "options": {"particles": 8}}).json()["id"]
+        (init,) = _post(api, f"/v1/sessions/{sid}/ask", {"max": 1})["proposals"]
+        _post(api, f"/v1/sessions/{sid}/tell", {"results": [_result(init)]})
+        asked = [_post(api, f"/v1/sessions/{sid}/ask", {"max": 1})["proposals"] for _ in range(9)]
+        ids = [a[0]["id"] for a in asked[:8]]
+        assert ids == [f"c0.i{k}" for k in range(1, 9)] and asked[8] == []
+        back = _post(api, f"/v1/sessions/{sid}/leases", {"ids": [ids[3]], "lease_seconds": 0})
+        assert back["leases"][0]["lease_expires_at"] is None
+        again = _post(api, f"/v1/sessions/{sid}/ask", {"max": 8})["proposals"]
+        assert [p["id"] for p in again] == [ids[3]]
+        # A step whose answer is lost, retried: its result is a duplicate, its point its own.
+        step = {"results": [_result(asked[0][0])], "max": 1, "request_id": "w7-0001"}
+        first = _post(api, f"/v1/sessions/{sid}/step", step)
+        retried = _post(api, f"/v1/sessions/{sid}/step", step)
+        assert retried["results"][0]["outcome"] == "duplicate"
+        assert retried["proposals"] == first["proposals"]

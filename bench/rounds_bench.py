@@ -117,6 +117,49 @@ def drive(
     return wall, evaluations, draws, widest
 
 
+def drive_independent(
+    url: str, algorithm: str, workers: int, cost: float, seed: int
+) -> tuple[float, int, bytes, int]:
+    """As :func:`drive`, but ``workers`` threads each ask for one point, evaluate it and
+    step with it (asking for one more), as independent worker processes do; an ask with
+    nothing to hand out waits for a point (a long poll)."""
+    case = CASES[algorithm]
+    body = {
+        "algorithm": algorithm,
+        "dim": case["dim"],
+        "chains": case["chains"],
+        "seed": seed,
+        "warmup": case["warmup"],
+        "max_iterations": case["warmup"] + case["iterations"],
+        "options": case["options"],
+    }
+    counts = [0] * workers
+    with httpx.Client(base_url=url, timeout=120) as client:
+        sid = client.post("/v1/sessions", json=body).json()["id"]
+
+    def work(k: int) -> None:
+        with httpx.Client(base_url=url, timeout=120) as mine:
+            answer = mine.post(f"/v1/sessions/{sid}/ask", json={"max": 1}).json()
+            while not answer["done"]:
+                if not answer["proposals"]:
+                    ask = {"max": 1, "wait_seconds": 1}
+                    answer = mine.post(f"/v1/sessions/{sid}/ask", json=ask).json()
+                    continue
+                (p,) = answer["proposals"]
+                result = {"id": p["id"], "log_density": logdensity(p["x"], cost)}
+                counts[k] += 1
+                step = {"results": [result], "max": 1}
+                answer = mine.post(f"/v1/sessions/{sid}/step", json=step).json()
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(workers) as pool:
+        list(pool.map(work, range(workers)))
+    wall = time.perf_counter() - start
+    with httpx.Client(base_url=url, timeout=120) as client:
+        draws = client.get(f"/v1/sessions/{sid}/draws?format=npy").content
+    return wall, sum(counts), draws, 1
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--before", type=Path, help="a checkout to compare with")
@@ -125,16 +168,27 @@ def main() -> None:
     parser.add_argument("--cost", type=float, default=0.005, help="seconds per evaluation")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json", type=Path, help="write the results here")
+    parser.add_argument(
+        "--independent",
+        action="store_true",
+        help="workers that each ask for one point at a time, instead of one asking for all",
+    )
     args = parser.parse_args()
     here = Path(__file__).resolve().parent.parent
     sources = {"rounds": here} | ({"before": args.before.resolve()} if args.before else {})
-    table: dict[str, Any] = {"workers": args.workers, "cost": args.cost, "results": {}}
+    table: dict[str, Any] = {
+        "workers": args.workers,
+        "cost": args.cost,
+        "independent": args.independent,
+        "results": {},
+    }
     for algorithm in args.algorithms.split(","):
         runs: dict[str, list[tuple[float, int, bytes, int]]] = {name: [] for name in sources}
         for repeat in range(args.repeats):
             for name, source in sources.items():  # side by side, alternating
                 with serve(source) as url:
-                    runs[name].append(drive(url, algorithm, args.workers, args.cost, 11 + repeat))
+                    run = drive_independent if args.independent else drive
+                    runs[name].append(run(url, algorithm, args.workers, args.cost, 11 + repeat))
         row: dict[str, Any] = {}
         for name, measured in runs.items():
             rates = [run[1] / run[0] for run in measured]

@@ -67,6 +67,21 @@ def _issued(meta: SessionMeta, proposal: Proposal) -> bool:
     return meta.max_iterations is None or proposal.iteration <= meta.max_iterations
 
 
+def _places(meta: SessionMeta, chain: ChainView, state: object) -> tuple[Proposal, list[Position]]:
+    """The chain's outstanding proposal, and the places of its round's evaluations
+    within the session, in order (the first is the outstanding one's)."""
+    sampler, params = meta.sampler, meta.params
+    first = guarded(chain.chain, functools.partial(sampler.ask, state, params))
+    size = guarded(chain.chain, functools.partial(rounds.size, sampler, state, params))
+    if takes_steps(sampler):
+        places = [(first.iteration, first.step + k) for k in range(size)]
+    else:
+        places = [(first.iteration + k, 0) for k in range(size)]
+    if meta.max_iterations is not None:
+        places = [p for p in places if p[0] <= meta.max_iterations]
+    return first, places
+
+
 def handable(
     meta: SessionMeta,
     chain: ChainView,
@@ -78,23 +93,27 @@ def handable(
 ) -> list[Proposal]:
     """The evaluations of the chain's round (in ``state``) that can be handed out at
     ``now``, at most ``limit``: not held, not under a lease running at ``now``, within
-    the session. Asked one by one, as far as they are needed."""
+    the session. Only those are asked for."""
+    first, places = _places(meta, chain, state)
+    free = _free(places, held, leases, now)[:limit]
+    sampler, params = meta.sampler, meta.params
+    return [
+        first
+        if k == 0
+        else guarded(
+            chain.chain, functools.partial(rounds.proposals, sampler, state, params, k, k + 1)
+        )[0]
+        for k in free
+    ]
+
+
+def _free(
+    places: Sequence[Position], held: Sequence[Held], leases: Sequence[PointLease], now: float
+) -> list[int]:
+    """Which of ``places`` (their indices) are neither held nor leased at ``now``."""
     taken = {(h.iteration, h.step) for h in held}
     taken |= {(x.iteration, x.step) for x in leases if x.until > now}
-    sampler, params = meta.sampler, meta.params
-    size = guarded(chain.chain, functools.partial(rounds.size, sampler, state, params))
-    out: list[Proposal] = []
-    for k in range(size):
-        if limit is not None and len(out) >= limit:
-            break
-        (p,) = guarded(
-            chain.chain, functools.partial(rounds.proposals, sampler, state, params, k, k + 1)
-        )
-        if not _issued(meta, p):
-            break
-        if position(p) not in taken:
-            out.append(p)
-    return out
+    return [k for k, place in enumerate(places) if place not in taken]
 
 
 def lease_plan(
@@ -114,10 +133,8 @@ def lease_plan(
     after that (those of evaluations still to tell, ahead of ``state``); and the lease
     seconds to write for the chain in the store (0: it has more to hand out now)."""
     given = handable(meta, chain, state, held, leases, now, give) if give > 0 else []
-    if state.logdensity is None:  # type: ignore[attr-defined]
-        front: Position = (0, 0)
-    else:
-        front = position(guarded(chain.chain, lambda: meta.sampler.ask(state, meta.params)))
+    first, places = _places(meta, chain, state)
+    front = position(first)
     heldat = {(h.iteration, h.step) for h in held}
     replaced = {position(p) for p in given}
     kept = [
@@ -129,7 +146,7 @@ def lease_plan(
     ]
     kept += [PointLease(p.iteration, p.step, now + seconds, request) for p in given]
     kept.sort(key=lambda x: (x.iteration, x.step))
-    more = handable(meta, chain, state, held, kept, now, 1)
+    more = bool(_free(places, held, kept, now))
     running = [x.until for x in kept if x.until > now]
     store_seconds = 0.0 if more or not running else max(1e-3, min(running) - now)
     return given, tuple(kept), store_seconds

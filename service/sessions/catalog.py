@@ -22,9 +22,9 @@ from kameleon.service.sessions.budget import (
 from kameleon.service.sessions.chains import LRU, Chains, ChainView, MetaChanged
 from kameleon.service.sessions.errors import Busy, Invalid, NotFound
 from kameleon.service.sessions.errors import Quota as Quota_
+from kameleon.service.sessions.handout import iso
 from kameleon.service.sessions.meta import SessionMeta, new_meta, stop_doc
 from kameleon.service.sessions.revision import reserve, revised, rewrite_chains
-from kameleon.service.sessions.stepping import iso
 from kameleon.service.store.base import (
     ChainRecord,
     QuotaExceeded,

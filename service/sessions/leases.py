@@ -18,9 +18,10 @@ from kameleon.core.base import takes_steps
 from kameleon.service.ids import ProposalId, parse_id
 from kameleon.service.sessions.chains import Chains, ChainView, PointLease, encode_state
 from kameleon.service.sessions.errors import Busy, Invalid, guarded
+from kameleon.service.sessions.handout import iso
 from kameleon.service.sessions.meta import SessionMeta
 from kameleon.service.sessions.rounds import handable, lease_plan
-from kameleon.service.sessions.stepping import MAX_ATTEMPTS, iso, session_status
+from kameleon.service.sessions.stepping import MAX_ATTEMPTS, session_status
 from kameleon.service.sessions.told import conflict
 from kameleon.service.store.base import ChainUpdate, Store
 

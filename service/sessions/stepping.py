@@ -10,26 +10,23 @@ common case) a tell or a step is one store round trip.
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
-from kameleon.core.base import Proposal, reset
+from kameleon.core.base import reset
 from kameleon.service.config import Settings
-from kameleon.service.ids import format_id
 from kameleon.service.sessions.budget import grant_step, iteration_bytes, quota_of, session_bytes
 from kameleon.service.sessions.chains import LRU, Chains, ChainView, MetaChanged, encode_state
 from kameleon.service.sessions.decide import ChainPlan, Told, decide
 from kameleon.service.sessions.diagnostics import Diagnostics, crossed
 from kameleon.service.sessions.draws import told as told_value
 from kameleon.service.sessions.errors import Busy, Conflict, Invalid, NotFound, SamplerFailed
+from kameleon.service.sessions.handout import handed_out, iso, rounds_handed_out
 from kameleon.service.sessions.meta import SessionMeta
-from kameleon.service.sessions.rounds import decide_rounds, handable, lease_plan, position
+from kameleon.service.sessions.rounds import decide_rounds
 from kameleon.service.sessions.told import Result, parse, refusal
 from kameleon.service.store.base import (
     ApplyResult,
@@ -45,11 +42,6 @@ __all__ = ["Result", "Stepper", "session_status"]
 MAX_ATTEMPTS = 16
 
 log = logging.getLogger("kameleon")
-
-
-@functools.lru_cache(maxsize=64)
-def iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, tz=UTC).isoformat().replace("+00:00", "Z")
 
 
 def session_status(meta: SessionMeta, counts: Counts, stopped: bool) -> dict[str, Any]:
@@ -151,8 +143,17 @@ class Stepper:
         ]
         try:
             if meta.sampler.round_size is not None:
-                meta, proposals = await self._rounds_handed_out(
-                    meta, plans, result, want, lease, request, touched
+                meta, proposals = await rounds_handed_out(
+                    self.store,
+                    self.chains,
+                    self._decoded,
+                    meta,
+                    plans,
+                    result,
+                    want=want,
+                    lease=lease,
+                    request=request,
+                    touched=touched,
                 )
             else:
                 meta, proposals = await self._handed_out_all(meta, plans, result)
@@ -188,127 +189,9 @@ class Stepper:
                 leased.append(ch)
         asked = self.chains.proposals(meta, leased)
         return meta, [
-            self._handed_out(ch, proposal, record.lease_until)
+            handed_out(ch, proposal, record.lease_until)
             for record, ch, proposal in zip(result.leased, leased, asked, strict=True)
         ]
-
-    async def _rounds_handed_out(
-        self,
-        meta: SessionMeta,
-        plans: dict[int, ChainPlan],
-        result: ApplyResult,
-        want: int,
-        lease: float,
-        request: str | None,
-        touched: Sequence[ChainView],
-    ) -> tuple[SessionMeta, list[dict[str, Any]]]:
-        """The evaluations handed out by chains with rounds (:mod:`.rounds`): those the
-        told chains' updates leased, then, from each chain leased free, its round's
-        evaluations neither held nor leased, up to ``want`` in all, each leased in one
-        more write; the chains leased beyond what ``want`` needed are released by that
-        write, as they are (one chain is leased per evaluation wanted, as for any
-        sampler: a chain's round may be one evaluation).
-
-        A retried request gets back the evaluations still leased to it (its
-        ``request_id``): from every chain when the store recognised it (``replayed``,
-        with nothing further leased or written), and in any case from the chains it
-        told results for, ``touched`` (a step whose answer was lost, retried: its results answer
-        ``duplicate``, and what it was handed is still its)."""
-        handed: list[dict[str, Any]] = []
-        for plan in plans.values():
-            if plan.after is not None and plan.handed:
-                handed += self._round_points(plan.after, plan.handed)
-        if request is not None:
-            seen = {h["id"] for h in handed}
-            mine = await self.chains.load(meta, range(meta.chains)) if result.replayed else touched
-            for ch in mine:
-                points = self._leased_to(meta, ch, request, result.now)
-                handed += [h for h in self._round_points(ch, points) if h["id"] not in seen]
-        if result.replayed:
-            return meta, handed
-        left = want - len(handed)
-        writes: list[tuple[ChainUpdate, ChainView | None]] = []
-        gives: list[tuple[ChainView, list[Proposal]]] = []
-        for record in result.leased:
-            if record.chain in plans and plans[record.chain].after is not None:
-                continue  # leased by its update: handed above
-            if left <= 0:  # not needed: released, unread (it was free)
-                release = ChainUpdate(
-                    record.chain, record.version, record.state, True, init_value=record.init_value
-                )
-                writes.append((release, None))
-                continue
-            meta, ch = await self._decoded(meta, record)
-            give, leases, seconds = lease_plan(
-                meta,
-                ch,
-                ch.state,
-                ch.held,
-                ch.leases,
-                result.now,
-                give=left,
-                seconds=lease,
-                request=request,
-            )
-            left -= len(give)
-            hot, _ = encode_state(
-                ch.state,
-                ch.given,
-                False,
-                meta.revision,
-                kept=ch.encoded,
-                held=ch.held,
-                leases=leases,
-            )
-            update = ChainUpdate(
-                ch.chain, ch.version, hot, True, init_value=ch.init_value, lease_seconds=seconds
-            )
-            after = dataclasses.replace(ch, version=ch.version + 1, leases=leases)
-            writes.append((update, after))
-            gives.append((after, give))
-        refused = await self._write_free(meta, writes)
-        for ch, give in gives:
-            if ch.chain not in refused:
-                handed += self._round_points(ch, give)
-        return meta, handed
-
-    @staticmethod
-    def _leased_to(meta: SessionMeta, ch: ChainView, request: str, now: float) -> list[Proposal]:
-        """The evaluations of ``ch``'s round leased to ``request`` and running at
-        ``now``."""
-        places = {
-            (x.iteration, x.step) for x in ch.leases if x.request == request and x.until > now
-        }
-        if not places:
-            return []
-        points = handable(meta, ch, ch.state, ch.held, (), now)
-        return [p for p in points if position(p) in places]
-
-    def _round_points(self, ch: ChainView, points: Sequence[Proposal]) -> list[dict[str, Any]]:
-        """``points`` of ``ch``'s round as handed out, each with its own lease's end."""
-        until = {(x.iteration, x.step): x.until for x in ch.leases}
-        return [self._handed_out(ch, p, until[position(p)]) for p in points]
-
-    async def _write_free(
-        self, meta: SessionMeta, writes: list[tuple[ChainUpdate, ChainView | None]]
-    ) -> set[int]:
-        """Make ``writes`` (of chains leased free: each with the chain after it, to
-        remember, or ``None``); the chains whose write was refused because another
-        request moved them on meanwhile, which hand out nothing here (their lease is
-        whatever that request left)."""
-        refused: set[int] = set()
-        for _ in range(MAX_ATTEMPTS):
-            pending = [(u, ch) for u, ch in writes if u.chain not in refused]
-            if not pending:
-                return refused
-            applied = await self.store.apply(meta.id, [u for u, _ in pending])
-            if not applied.conflicts:
-                for _, ch in pending:
-                    if ch is not None:
-                        self.chains.remember(meta, ch)
-                return refused
-            refused |= set(applied.conflicts)
-        return refused | {u.chain for u, _ in writes}
 
     async def _decoded(
         self, meta: SessionMeta, record: ChainRecord
@@ -467,20 +350,6 @@ class Stepper:
             known = history.setdefault(chain, {})
             for iteration in iterations:
                 known[iteration] = await told_value(self.store, meta, chain, iteration)
-
-    def _handed_out(self, ch: ChainView, proposal: Proposal, lease_until: float) -> dict[str, Any]:
-        return {
-            "id": format_id(ch.chain, proposal.iteration, ch.state.epoch, proposal.step),
-            "chain": ch.chain,
-            "iteration": proposal.iteration,
-            "kind": proposal.kind,
-            "step": proposal.step,
-            "x": proposal.position,
-            "minibatch": None if proposal.minibatch is None else list(proposal.minibatch),
-            "block": proposal.block,
-            "indices": None if proposal.indices is None else list(proposal.indices),
-            "lease_expires_at": iso(lease_until),
-        }
 
     async def reset_chain(
         self, meta: SessionMeta, chain: int, initial: Sequence[float]

@@ -170,7 +170,11 @@ def _held(t: Told) -> Held:
 
 
 def _same_result(h: Held, t: Told) -> bool:
+    """Whether ``t`` tells what ``h`` holds: the same value and, when both give them,
+    the same parts (as any retry is judged by its value)."""
     other = _held(t)
+    if h.log_prior is None or other.log_prior is None:
+        return _same(h.value, other.value)
     return (
         _same(h.value, other.value)
         and _same(h.log_prior, other.log_prior)

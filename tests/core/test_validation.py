@@ -13,11 +13,15 @@ warnings must work. The seed is fixed and was not chosen to pass. ``importance``
 judged by its weighted estimates, and on the separated mixture (whose answer is known)
 it may be right instead of warning, as ``tempering`` and ``smc`` may.
 
-``nuts`` runs here with its trees cut at depth 6 (63 leapfrog steps): on the rotated
+``nuts`` runs here with its trees cut at depth 5 (31 leapfrog steps): on the rotated
 Gaussian with condition number 1e12, its diagonal metric cannot straighten the target
 and every tree reaches the default's depth 10, 1023 gradients per draw, which costs six
-minutes here. At the default depth it passes every case too (measured with this seed);
-``bench/validation.py`` runs the defaults.
+minutes here. At the default depth it passes every case too (measured with
+this seed), and at depth 6 (63 steps) each case, with this seed, took the branch it
+takes at depth 5: silent and right on the correlated 6-d Gaussian and the Student-t,
+warning on every other case (at depth 6 it was right on the Gaussian with correlation
+0.999 and warned; at depth 5 it warns there and is not right). Depth 5 also passes
+with seeds 4 and 5. ``bench/validation.py`` runs the defaults.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ CASES = {case.name: case for case in cases()}
 @pytest.mark.parametrize("algorithm", sorted(set(SAMPLERS) - {"sgld"}))
 def test_right_or_says_so(algorithm: str, target: str) -> None:
     case = CASES[target]
-    options = {"max_tree_depth": 6} if algorithm == "nuts" else None
+    options = {"max_tree_depth": 5} if algorithm == "nuts" else None
     result = run_case(
         case, algorithm, chains=4, warmup=1000, iterations=1000, seed=3, options=options
     )

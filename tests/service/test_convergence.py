@@ -167,13 +167,15 @@ def test_diagnostics_are_computed_once_per_draw_count(client: TestClient) -> Non
 
 @pytest.mark.slow
 def test_a_good_run_has_no_warning(client: TestClient) -> None:
-    # AM on a 2-d standard normal, 4 chains of 5000 draws after 1000 of warm-up: over
-    # seeds 0 to 4 (the same chains in process), R-hat at most 1.0032 (bound 1.01), bulk
-    # ESS at least 2100 and tail ESS at least 2370 (bound 400).
-    sid = create(client, warmup=1000, seed=2, max_iterations=6000)["id"]
-    run(client, sid, 6000)
+    # AM on a 2-d standard normal, 4 chains of 3000 draws after 1000 of warm-up: over
+    # seeds 0 to 4 (the same chains in process), R-hat at most 1.0072 (bound 1.01), bulk
+    # ESS at least 1235 and tail ESS at least 1318 (bound 400); this seed's R-hat is
+    # 1.0065. (With 5000 draws: R-hat at most 1.0031, ESS at least 2000.) A sampler that
+    # mixed three times worse would warn by ESS.
+    sid = create(client, warmup=1000, seed=2, max_iterations=4000)["id"]
+    run(client, sid, 4000)
     body = get(client, f"/v1/sessions/{sid}/diagnostics")
-    assert body["draws"] == 5000
+    assert body["draws"] == 3000
     assert body["warnings"] == []
     assert get(client, f"/v1/sessions/{sid}")["warnings"] == []
 

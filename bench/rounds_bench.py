@@ -82,12 +82,10 @@ def serve(source: Path) -> Iterator[str]:
         yield f"http://127.0.0.1:{port}"
 
 
-def drive(
-    url: str, algorithm: str, workers: int, cost: float, seed: int
-) -> tuple[float, int, bytes]:
-    """One run: wall seconds, evaluations, the draws (NPY bytes)."""
+def session_body(algorithm: str, seed: int) -> dict[str, Any]:
+    """The session of ``CASES[algorithm]`` with ``seed``."""
     case = CASES[algorithm]
-    body = {
+    return {
         "algorithm": algorithm,
         "dim": case["dim"],
         "chains": case["chains"],
@@ -96,6 +94,13 @@ def drive(
         "max_iterations": case["warmup"] + case["iterations"],
         "options": case["options"],
     }
+
+
+def drive(
+    url: str, algorithm: str, workers: int, cost: float, seed: int
+) -> tuple[float, int, bytes]:
+    """One run: wall seconds, evaluations, the draws (NPY bytes)."""
+    body = session_body(algorithm, seed)
     evaluations = widest = 0
     with httpx.Client(base_url=url, timeout=120) as client, ThreadPoolExecutor(workers) as pool:
         sid = client.post("/v1/sessions", json=body).json()["id"]
@@ -123,16 +128,7 @@ def drive_independent(
     """As :func:`drive`, but ``workers`` threads each ask for one point, evaluate it and
     step with it (asking for one more), as independent worker processes do; an ask with
     nothing to hand out waits for a point (a long poll)."""
-    case = CASES[algorithm]
-    body = {
-        "algorithm": algorithm,
-        "dim": case["dim"],
-        "chains": case["chains"],
-        "seed": seed,
-        "warmup": case["warmup"],
-        "max_iterations": case["warmup"] + case["iterations"],
-        "options": case["options"],
-    }
+    body = session_body(algorithm, seed)
     counts = [0] * workers
     with httpx.Client(base_url=url, timeout=120) as client:
         sid = client.post("/v1/sessions", json=body).json()["id"]

@@ -302,28 +302,15 @@ class Stepper:
     ) -> _Round:
         """One decision of the whole request on ``current`` (:func:`.decide.decide`)."""
         rounds = meta.sampler.round_size is not None
-        if rounds:
-            plans = decide_rounds(
-                meta,
-                current,
-                by_chain,
-                history=history,
-                proposal=lambda ch: self.chains.proposal(meta, ch),
-                lease=lease,
-                budget=want,
-                now=time.time() + self._clock,
-                request=request,
-            )
-        else:
-            plans = decide(
-                meta,
-                current,
-                by_chain,
-                history=history,
-                proposal=lambda ch: self.chains.proposal(meta, ch),
-                lease=lease,
-                budget=want,
-            )
+        common: dict[str, Any] = {
+            "history": history,
+            "proposal": lambda ch: self.chains.proposal(meta, ch),
+            "lease": lease,
+            "budget": want,
+        }
+        if rounds:  # its evaluations leased one by one, on the store's clock
+            common.update(now=time.time() + self._clock, request=request)
+        plans = (decide_rounds if rounds else decide)(meta, current, by_chain, **common)
         decided = _Round(plans, [], 0)
         leasing = 0
         for chain, plan in plans.items():

@@ -95,7 +95,13 @@ def handable(
     ``now``, at most ``limit``: not held, not under a lease running at ``now``, within
     the session. Only those are asked for."""
     first, places = _places(meta, chain, state)
-    free = _free(places, held, leases, now)[:limit]
+    return _asked(meta, chain, state, first, _free(places, held, leases, now)[:limit])
+
+
+def _asked(
+    meta: SessionMeta, chain: ChainView, state: object, first: Proposal, ks: Sequence[int]
+) -> list[Proposal]:
+    """The proposals ``ks`` evaluations after the outstanding one (``first``)."""
     sampler, params = meta.sampler, meta.params
     return [
         first
@@ -103,7 +109,7 @@ def handable(
         else guarded(
             chain.chain, functools.partial(rounds.proposals, sampler, state, params, k, k + 1)
         )[0]
-        for k in free
+        for k in ks
     ]
 
 
@@ -132,8 +138,9 @@ def lease_plan(
     evaluations each leased for ``seconds`` to ``request``; its evaluations' leases
     after that (those of evaluations still to tell, ahead of ``state``); and the lease
     seconds to write for the chain in the store (0: it has more to hand out now)."""
-    given = handable(meta, chain, state, held, leases, now, give) if give > 0 else []
     first, places = _places(meta, chain, state)
+    free = _free(places, held, leases, now)[:give] if give > 0 else []
+    given = _asked(meta, chain, state, first, free)
     front = position(first)
     heldat = {(h.iteration, h.step) for h in held}
     replaced = {position(p) for p in given}

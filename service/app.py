@@ -11,10 +11,9 @@ from typing import Any
 
 from fastapi import FastAPI
 
-from kameleon.core import DEFAULT_ALGORITHM, SAMPLERS
-from kameleon.core.linalg import single_threaded_blas
 from kameleon.service import __version__, problems
 from kameleon.service.config import Settings
+from kameleon.service.core_api import DEFAULT_ALGORITHM, SAMPLERS, single_threaded_blas
 from kameleon.service.limits import BodySizeLimit
 from kameleon.service.observability import JsonFormatter, Metrics, RequestMetrics
 from kameleon.service.option_schemas import document_options

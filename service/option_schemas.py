@@ -17,7 +17,7 @@ import types
 import typing
 from typing import Any, Literal
 
-from kameleon.core.base import Sampler
+from kameleon.service.core_api import Sampler
 
 __all__ = ["FIXED", "document_options", "option_docs", "options_schema", "schema_name"]
 

@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from kameleon.core.checks import CODES
+from kameleon.service.core_api import CODES
 
 __all__ = [
     "ChainDiagnostics",

@@ -62,3 +62,31 @@ def test_importing_core_loads_nothing_forbidden() -> None:
         [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True
     )
     assert out.stdout.strip() == ""
+
+
+#: The one module under service/ that imports core: the service's door into it.
+CORE_DOOR = "service/core_api.py"
+
+
+def _imports_core(path: Path) -> bool:
+    """Whether ``path`` imports anything of ``kameleon.core``, at any depth of its
+    code (a function's own import too)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            modules = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            modules = [node.module]
+        else:
+            continue
+        if any(_top(m) == "kameleon.core" for m in modules):
+            return True
+    return False
+
+
+def test_one_service_module_imports_core() -> None:
+    """Everything the service uses of core comes through one module."""
+    files = sorted((ROOT / "service").rglob("*.py"))
+    assert files, "no service sources found"
+    importers = [str(f.relative_to(ROOT)) for f in files if _imports_core(f)]
+    assert importers == [CORE_DOOR]

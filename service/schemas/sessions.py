@@ -7,9 +7,15 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, Field, field_validator, model_validator
 
-from kameleon.core import DEFAULT_ALGORITHM, SAMPLERS
-from kameleon.core.defaults import CHAINS, ITERATIONS, WARMUP
-from kameleon.core.initial import DEFAULT_MAX_ATTEMPTS, DEFAULT_RADIUS
+from kameleon.service.core_api import (
+    CHAINS,
+    DEFAULT_ALGORITHM,
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_RADIUS,
+    ITERATIONS,
+    SAMPLERS,
+    WARMUP,
+)
 from kameleon.service.reports import WarningOut
 from kameleon.service.schemas.types import (
     ALGORITHMS,

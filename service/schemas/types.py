@@ -17,7 +17,7 @@ from pydantic import (
     StringConstraints,
 )
 
-from kameleon.core import SAMPLERS
+from kameleon.service.core_api import SAMPLERS
 
 ALGORITHMS = tuple(SAMPLERS)
 Finite = Annotated[float, Strict(), AllowInfNan(False)]

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from kameleon.core.memory import COPIES, chain_bytes, chain_floats, describe
 from kameleon.service.config import Settings
+from kameleon.service.core_api import COPIES, SAMPLERS, chain_bytes, chain_floats
+from kameleon.service.core_api import describe_memory as describe
 from kameleon.service.sessions.rows import RowLayout
 from kameleon.service.store.base import Quota
 
@@ -52,8 +53,6 @@ GROW_BYTES = 4 * 2**20
 
 def row_stats(algorithm: str) -> int:
     """The per-transition statistics in each of ``algorithm``'s draw rows."""
-    from kameleon.core import SAMPLERS
-
     sampler = SAMPLERS.get(algorithm)
     return len(sampler.stats) if sampler is not None else 0
 

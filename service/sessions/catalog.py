@@ -9,8 +9,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from kameleon.core.serialization import encode
 from kameleon.service.config import Settings
+from kameleon.service.core_api import encode
 from kameleon.service.jsonio import dumps, loads
 from kameleon.service.sessions.budget import (
     describe,

@@ -13,9 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from kameleon.core.base import Proposal
-from kameleon.core.batch import ask_many
-from kameleon.core.serialization import CodecError, Memo, decode, encode
+from kameleon.service.core_api import CodecError, Memo, Proposal, ask_many, decode, encode
 from kameleon.service.jsonio import dumps, loads
 from kameleon.service.sessions.errors import Conflict, guarded
 from kameleon.service.sessions.meta import SessionMeta

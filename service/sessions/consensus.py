@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from kameleon.core.consensus import ConsensusError, combine, shard_warnings
+from kameleon.service.core_api import ConsensusError, combine, shard_warnings
 from kameleon.service.sessions.diagnostics import Diagnostics
 from kameleon.service.sessions.draws import RowLayout, read_rows
 from kameleon.service.sessions.errors import Invalid

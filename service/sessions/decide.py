@@ -23,18 +23,19 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from kameleon.core.base import (
+from kameleon.service.core_api import (
     FloatArray,
+    Memo,
     Parts,
     Proposal,
     StepInfo,
+    cold_changed,
+    redraw,
     takes_steps,
+    tell_many,
     tell_one,
     transition_stats,
 )
-from kameleon.core.batch import tell_many
-from kameleon.core.initial import redraw
-from kameleon.core.serialization import Memo, cold_changed
 from kameleon.service.ids import ProposalId
 from kameleon.service.sessions.chains import ChainView, Held, PointLease, encode_state
 from kameleon.service.sessions.draws import RowLayout

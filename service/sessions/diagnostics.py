@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from kameleon.core.assess import assess
+from kameleon.service.core_api import assess
 from kameleon.service.jsonio import dumps, loads
 from kameleon.service.sessions.chains import LRU, Chains
 from kameleon.service.sessions.draws import RowLayout, read_rows

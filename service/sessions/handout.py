@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from kameleon.core.base import Proposal
+from kameleon.service.core_api import Proposal
 from kameleon.service.ids import format_id
 from kameleon.service.sessions.chains import Chains, ChainView, encode_state
 from kameleon.service.sessions.decide import ChainPlan

@@ -14,7 +14,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from kameleon.core.base import takes_steps
+from kameleon.service.core_api import takes_steps
 from kameleon.service.ids import ProposalId, parse_id
 from kameleon.service.sessions.chains import Chains, ChainView, PointLease, encode_state
 from kameleon.service.sessions.errors import Busy, Invalid, guarded

@@ -9,12 +9,17 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from kameleon.core import SAMPLERS
-from kameleon.core.base import Sampler
-from kameleon.core.checks import StopRule
-from kameleon.core.initial import DEFAULT_MAX_ATTEMPTS, initial_point, start_radius
-from kameleon.core.options import OptionError, describe_params
 from kameleon.service.config import Settings
+from kameleon.service.core_api import (
+    DEFAULT_MAX_ATTEMPTS,
+    SAMPLERS,
+    OptionError,
+    Sampler,
+    StopRule,
+    describe_params,
+    initial_point,
+    start_radius,
+)
 from kameleon.service.jsonio import dumps
 from kameleon.service.sessions.budget import describe, session_bytes
 from kameleon.service.sessions.errors import Invalid

@@ -26,8 +26,8 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from kameleon.core.checks import StopRule
 from kameleon.service.config import Settings
+from kameleon.service.core_api import StopRule
 from kameleon.service.sessions.budget import iteration_bytes, quota_of
 from kameleon.service.sessions.chains import Chains, encode_state
 from kameleon.service.sessions.decide import chain_active

@@ -34,8 +34,16 @@ from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 
-from kameleon.core import rounds
-from kameleon.core.base import Parts, Proposal, takes_steps, tell_one, transition_stats
+from kameleon.service.core_api import (
+    Parts,
+    Proposal,
+    round_offset,
+    round_proposals,
+    round_size,
+    takes_steps,
+    tell_one,
+    transition_stats,
+)
 from kameleon.service.sessions.chains import ChainView, Held, PointLease
 from kameleon.service.sessions.decide import (
     ChainPlan,
@@ -72,7 +80,7 @@ def _places(meta: SessionMeta, chain: ChainView, state: object) -> tuple[Proposa
     within the session, in order (the first is the outstanding one's)."""
     sampler, params = meta.sampler, meta.params
     first = guarded(chain.chain, functools.partial(sampler.ask, state, params))
-    size = guarded(chain.chain, functools.partial(rounds.size, sampler, state, params))
+    size = guarded(chain.chain, functools.partial(round_size, sampler, state, params))
     if takes_steps(sampler):
         places = [(first.iteration, first.step + k) for k in range(size)]
     else:
@@ -107,7 +115,7 @@ def _asked(
         first
         if k == 0
         else guarded(
-            chain.chain, functools.partial(rounds.proposals, sampler, state, params, k, k + 1)
+            chain.chain, functools.partial(round_proposals, sampler, state, params, k, k + 1)
         )[0]
         for k in ks
     ]
@@ -206,13 +214,13 @@ def _judge(
     rest: list[Told] = []
     # A chain that is done has no round: what is told for it is judged as for any chain.
     done = outstanding is None or meta.is_done(state)
-    size = 0 if done else rounds.size(meta.sampler, state, meta.params)
+    size = 0 if done else round_size(meta.sampler, state, meta.params)
     for t in told:
         pid = t.pid
         k = (
             0
             if outstanding is None or done or pid.iteration == 0 or pid.epoch != state.epoch
-            else rounds.offset(meta.sampler, state, outstanding, pid.iteration, pid.step)
+            else round_offset(meta.sampler, state, outstanding, pid.iteration, pid.step)
         )
         if k <= 0:
             rest.append(t)

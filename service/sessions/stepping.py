@@ -16,8 +16,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kameleon.core.base import reset
 from kameleon.service.config import Settings
+from kameleon.service.core_api import reset
 from kameleon.service.sessions.budget import grant_step, iteration_bytes, quota_of, session_bytes
 from kameleon.service.sessions.chains import LRU, Chains, ChainView, MetaChanged, encode_state
 from kameleon.service.sessions.decide import ChainPlan, Told, decide

@@ -9,7 +9,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from kameleon.core.base import FloatArray, Parts
+from kameleon.service.core_api import FloatArray, Parts
 from kameleon.service.ids import parse_id
 from kameleon.service.sessions.chains import ChainView
 from kameleon.service.sessions.decide import Told, recorded

@@ -27,9 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from kameleon.core.base import FloatArray
-from kameleon.core.diagnostics import MIN_DRAWS, ess_bulk, rhat
-from kameleon.core.population import population_summaries
+from kameleon.service.core_api import MIN_DRAWS, FloatArray, ess_bulk, population_summaries, rhat
 from kameleon.service.sessions.chains import LRU
 from kameleon.service.sessions.draws import RowLayout, Rows
 from kameleon.service.sessions.meta import SessionMeta

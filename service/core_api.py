@@ -1,0 +1,94 @@
+"""The service's one door into :mod:`kameleon.core`: everything the service uses of the
+samplers, their codec, their diagnostics and their defaults, imported here and nowhere
+else under ``service/`` (``tests/test_layering.py`` checks it).
+
+What core offers the service is then read in one place, and a change of core's layout
+touches this module alone. The names are core's own; the few renamed say what they are
+out of their module (``round_size`` for :func:`kameleon.core.rounds.size`).
+"""
+
+from __future__ import annotations
+
+from kameleon.core import DEFAULT_ALGORITHM, SAMPLERS
+from kameleon.core.assess import assess
+from kameleon.core.base import (
+    FloatArray,
+    Parts,
+    Proposal,
+    Sampler,
+    StepInfo,
+    reset,
+    takes_steps,
+    tell_one,
+    transition_stats,
+)
+from kameleon.core.batch import ask_many, tell_many
+from kameleon.core.checks import CODES, StopRule
+from kameleon.core.consensus import ConsensusError, combine, shard_warnings
+from kameleon.core.defaults import CHAINS, ITERATIONS, WARMUP
+from kameleon.core.diagnostics import MIN_DRAWS, ess_bulk, rhat
+from kameleon.core.initial import (
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_RADIUS,
+    initial_point,
+    redraw,
+    start_radius,
+)
+from kameleon.core.linalg import single_threaded_blas
+from kameleon.core.memory import COPIES, chain_bytes, chain_floats
+from kameleon.core.memory import describe as describe_memory
+from kameleon.core.options import OptionError, describe_params
+from kameleon.core.population import population_summaries
+from kameleon.core.rounds import offset as round_offset
+from kameleon.core.rounds import proposals as round_proposals
+from kameleon.core.rounds import size as round_size
+from kameleon.core.serialization import CodecError, Memo, cold_changed, decode, encode
+
+__all__ = [
+    "CHAINS",
+    "CODES",
+    "COPIES",
+    "DEFAULT_ALGORITHM",
+    "DEFAULT_MAX_ATTEMPTS",
+    "DEFAULT_RADIUS",
+    "ITERATIONS",
+    "MIN_DRAWS",
+    "SAMPLERS",
+    "WARMUP",
+    "CodecError",
+    "ConsensusError",
+    "FloatArray",
+    "Memo",
+    "OptionError",
+    "Parts",
+    "Proposal",
+    "Sampler",
+    "StepInfo",
+    "StopRule",
+    "ask_many",
+    "assess",
+    "chain_bytes",
+    "chain_floats",
+    "cold_changed",
+    "combine",
+    "decode",
+    "describe_memory",
+    "describe_params",
+    "encode",
+    "ess_bulk",
+    "initial_point",
+    "population_summaries",
+    "redraw",
+    "reset",
+    "rhat",
+    "round_offset",
+    "round_proposals",
+    "round_size",
+    "shard_warnings",
+    "single_threaded_blas",
+    "start_radius",
+    "takes_steps",
+    "tell_many",
+    "tell_one",
+    "transition_stats",
+]

@@ -1,10 +1,10 @@
-"""What the machine-independent arithmetic (core/arithmetic.py) costs: each sampler's
+"""What the machine-independent arithmetic (core/numerics/arithmetic.py) costs: each sampler's
 time per iteration, and the kernel samplers' fits, in this tree and in an earlier
 revision, side by side in one run.
 
     .venv/bin/python bench/arithmetic_bench.py [--before REV] [--repeats 3]
 
-``--before`` (default: the revision before core/arithmetic.py was added) is exported
+``--before`` (default: the revision before core/numerics/arithmetic.py was added) is exported
 with ``git archive`` into a temporary directory. Each measurement runs in its
 own subprocess with one BLAS thread, the two trees alternating, ``--repeats`` times;
 the table gives the medians of the processes' CPU times (``time.process_time``: on a
@@ -34,14 +34,21 @@ import numpy as np
 import kameleon.core
 assert kameleon.core.__file__.startswith(sys.argv[1]), kameleon.core.__file__
 from kameleon.core import SAMPLERS
-from kameleon.core.targets import Banana
+try:
+    from kameleon.core.validation.targets import Banana
+except ImportError:  # a revision from before core/ was grouped into subpackages
+    from kameleon.core.targets import Banana
 
 what, dim, warmup, after = sys.argv[2], 8, 1000, 500
 target = Banana(dim=dim, b=0.03, v=100.0)
 out = {}
 if what == "fits":
-    from kameleon.core import score_matching as sm
-    from kameleon.core.linalg import jittered_cholesky
+    try:
+        from kameleon.core.kernels import score_matching as sm
+        from kameleon.core.numerics.linalg import jittered_cholesky
+    except ImportError:  # before the subpackages
+        from kameleon.core import score_matching as sm
+        from kameleon.core.linalg import jittered_cholesky
     rng = np.random.default_rng(0)
     z = rng.standard_normal((250, dim))
     omega, phase = sm.random_features(rng, dim, 200, 1.5)
@@ -107,7 +114,15 @@ def main() -> None:
     args = parser.parse_args()
     if args.before is None:
         added = subprocess.run(
-            ["git", "log", "--diff-filter=A", "--format=%h", "--", "core/arithmetic.py"],
+            [
+                "git",
+                "log",
+                "--follow",
+                "--diff-filter=A",
+                "--format=%h",
+                "--",
+                "core/numerics/arithmetic.py",
+            ],
             cwd=ROOT,
             capture_output=True,
             text=True,

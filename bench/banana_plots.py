@@ -26,9 +26,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kameleon.core.diagnostics import ess_bulk, per_parameter, rhat
-from kameleon.core.run import sample_chains
-from kameleon.core.targets import Banana, quantile_error
+from kameleon.core.diagnostics.summary import ess_bulk, per_parameter, rhat
+from kameleon.core.running.inprocess import sample_chains
+from kameleon.core.validation.targets import Banana, quantile_error
 
 BANANA = Banana(8, b=0.03, v=100.0)
 ALGORITHMS = ("rwm", "am", "kameleon", "kmc-lite", "kmc-finite")

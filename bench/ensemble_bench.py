@@ -14,7 +14,7 @@ around the mean, 1000 sweeps of burn-in and 10 000 kept; emcee's ``EnsembleSampl
 dependency of kameleon): as emcee runs by default, with the walkers split in two at
 random at every step (``randomize_split``), and with fixed halves; kameleon's
 ``ensemble`` both ways too (``split``: ``"fixed"``, its default, and ``"random"``). Both times are emcee's ``integrated_time`` estimator
-(``core.autocorr``, which gives emcee's numbers on the same draws), in sweeps: since a
+(``core.diagnostics.autocorr``, which gives emcee's numbers on the same draws), in sweeps: since a
 sweep is ``W`` evaluations giving ``W`` draws, it is also the evaluations per
 effective draw. ``am`` (one chain, 4000 warm-up, ``W x 10 000`` draws, the same
 evaluations as an ensemble's kept sweeps) is given the same estimator with its chain
@@ -38,10 +38,10 @@ from typing import Any
 import numpy as np
 
 from kameleon.core import SAMPLERS
-from kameleon.core.assess import autocorrelation_times
-from kameleon.core.autocorr import by_walker, integrated_time
-from kameleon.core.run import sample_chains
-from kameleon.core.targets import Gaussian
+from kameleon.core.diagnostics.assess import autocorrelation_times
+from kameleon.core.diagnostics.autocorr import by_walker, integrated_time
+from kameleon.core.running.inprocess import sample_chains
+from kameleon.core.validation.targets import Gaussian
 
 BURN, KEPT, SPREAD = 1000, 10_000, 0.1
 

@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 import kameleon
-from kameleon.core.diagnostics import ess_bulk, ess_mean, per_parameter
+from kameleon.core.diagnostics.summary import ess_bulk, ess_mean, per_parameter
 
 _rng = np.random.default_rng(4)
 N = 50

@@ -48,7 +48,7 @@ from glass_gpc import GlassGPC  # noqa: E402
 from service_bench import free_port, running  # noqa: E402
 
 import kameleon  # noqa: E402
-from kameleon.core.diagnostics import ess_bulk, per_parameter, rhat  # noqa: E402
+from kameleon.core.diagnostics.summary import ess_bulk, per_parameter, rhat  # noqa: E402
 
 DIM = 9
 ALGORITHMS = ("rwm", "am", "kameleon", "kmc-lite", "kmc-finite")

@@ -27,9 +27,9 @@ Per target, sampler and seed: ``--chains`` chains, ``--warmup`` warm-up and
 ``--iterations`` sampling transitions each, every chain from a point uniform in
 (-2, 2)^d (Kameleon's own draw; BlackJAX's from ``numpy.random.default_rng(seed)``).
 The figure of merit is the minimum over coordinates of the bulk ESS
-(``core.diagnostics.ess_bulk`` on both samplers' post-warm-up draws) per 1000 gradient
+(``core.diagnostics.summary.ess_bulk`` on both samplers' post-warm-up draws) per 1000 gradient
 evaluations of the sampling phase. Kameleon: each chain is advanced with the runner of
-``core.run.sample_chains`` (the same draws, bit for bit: ``--check`` asserts it), first
+``core.running.inprocess.sample_chains`` (the same draws, bit for bit: ``--check`` asserts it), first
 its warm-up, then its sampling one transition at a time; the sampling phase's gradients
 are the difference of the state's ``evaluations`` (so neither the initial point nor the
 gradient check is counted). BlackJAX: the sum of ``info.num_integration_steps`` over
@@ -60,9 +60,9 @@ import numpy.typing as npt
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kameleon.core import SAMPLERS
-from kameleon.core.diagnostics import ess_bulk, per_parameter, rhat
-from kameleon.core.linalg import single_threaded_blas
-from kameleon.core.runner import Runner
+from kameleon.core.diagnostics.summary import ess_bulk, per_parameter, rhat
+from kameleon.core.numerics.linalg import single_threaded_blas
+from kameleon.core.running.chains import Runner
 
 FloatArray = npt.NDArray[np.float64]
 ROOT = Path(__file__).resolve().parents[1]
@@ -250,7 +250,7 @@ def run_kameleon(
 
 def check_same_draws(target: Target, seed: int) -> None:
     """The runner advanced as above makes sample_chains' draws, bit for bit."""
-    from kameleon.core.run import sample_chains
+    from kameleon.core.running.inprocess import sample_chains
 
     chains, warmup, iterations = 2, 60, 40
     with warnings.catch_warnings():

@@ -6,7 +6,7 @@
 A trivial density (a standard normal in d = 8, ``-0.5 x.x`` in numpy), so that what is
 measured is the sampler's own cost per evaluation. Each round runs, one after the other:
 
-- ``kameleon.sample`` with 4 chains (its chains stepped side by side, ``core.batch``),
+- ``kameleon.sample`` with 4 chains (its chains stepped side by side, ``core.running.batch``),
   for every algorithm;
 - the same sampler driven by a plain ask/tell loop, chain after chain (what the
   per-chain API costs; rwm and am only);

@@ -19,7 +19,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kameleon.core import SAMPLERS
-from kameleon.core.targets import Banana
+from kameleon.core.validation.targets import Banana
 
 
 def main() -> None:

@@ -33,9 +33,9 @@ from scipy import stats
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kameleon.core import SAMPLERS
-from kameleon.core.base import frozen_array
-from kameleon.core.run import sample_chains
-from kameleon.core.targets import Banana, quantile_error
+from kameleon.core.interface.sampler import frozen_array
+from kameleon.core.running.inprocess import sample_chains
+from kameleon.core.validation.targets import Banana, quantile_error
 
 BANANA = Banana(8, b=0.03, v=100.0)
 

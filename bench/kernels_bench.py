@@ -26,9 +26,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kameleon.core.diagnostics import ess_bulk, per_parameter, rhat
-from kameleon.core.run import sample
-from kameleon.core.targets import Banana, Flower, Gaussian
+from kameleon.core.diagnostics.summary import ess_bulk, per_parameter, rhat
+from kameleon.core.running.inprocess import sample
+from kameleon.core.validation.targets import Banana, Flower, Gaussian
 
 
 def rotated_gaussian(dim: int = 8, seed: int = 17) -> Gaussian:

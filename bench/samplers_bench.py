@@ -27,9 +27,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from kameleon.core import SAMPLERS  # noqa: E402
-from kameleon.core.diagnostics import ess_bulk  # noqa: E402
-from kameleon.core.run import run_chain  # noqa: E402
-from kameleon.core.targets import Banana, Flower, Gaussian, quantile_error  # noqa: E402
+from kameleon.core.diagnostics.summary import ess_bulk  # noqa: E402
+from kameleon.core.running.inprocess import run_chain  # noqa: E402
+from kameleon.core.validation.targets import Banana, Flower, Gaussian, quantile_error  # noqa: E402
 
 
 def _correlated_gaussian(dim: int) -> Gaussian:

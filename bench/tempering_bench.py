@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from kameleon.core import SAMPLERS
-from kameleon.core.run import assess_results, sample_chains
+from kameleon.core.running.inprocess import assess_results, sample_chains
 
 MODE = np.array([8.0, 8.0])
 Y = np.array([1.0, -0.5])

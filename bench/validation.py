@@ -1,5 +1,5 @@
 """The validation suite at full size: every sampler on every case of
-:mod:`core.validation`, in process.
+:mod:`core.validation.suite`, in process.
 
 Usage::
 
@@ -23,7 +23,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kameleon.core import SAMPLERS
-from kameleon.core.validation import cases, run_case
+from kameleon.core.validation.suite import cases, run_case
 
 
 def table(rows: list[dict[str, object]]) -> str:

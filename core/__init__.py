@@ -1,14 +1,14 @@
 """Kameleon's samplers: pure numpy/scipy ask/tell state machines.
 
-``SAMPLERS`` maps an algorithm's name to its :class:`~kameleon.core.base.Sampler` record
-(its module's parts, typed; see :mod:`core.base` for the interface).
+``SAMPLERS`` maps an algorithm's name to its :class:`~kameleon.core.interface.sampler.Sampler` record
+(its module's parts, typed; see :mod:`core.interface.sampler` for the interface).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from kameleon.core.base import Sampler
+from kameleon.core.interface.sampler import Sampler
 from kameleon.core.samplers import (
     am,
     ensemble,

@@ -32,7 +32,7 @@ import numpy as np
 from scipy.linalg import cho_solve, solve_triangular
 from scipy.special import log_expit, logsumexp
 
-from kameleon.core.defaults import CHAINS, ITERATIONS, WARMUP
+from kameleon.core.interface.defaults import CHAINS, ITERATIONS, WARMUP
 
 DATA = Path(__file__).resolve().parent / "data" / "glass.data"
 PRIOR_VARIANCE = 5.0

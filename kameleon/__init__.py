@@ -22,8 +22,8 @@ except PackageNotFoundError:  # pragma: no cover - running from a source tree
 
 if TYPE_CHECKING:
     from kameleon.client import AsyncClient, Client
-    from kameleon.core.checks import SamplingWarning
-    from kameleon.core.run import Interrupted
+    from kameleon.core.diagnostics.findings import SamplingWarning
+    from kameleon.core.running.inprocess import Interrupted
     from kameleon.errors import (
         BadRequest,
         Conflict,
@@ -42,9 +42,9 @@ if TYPE_CHECKING:
 _LAZY = {
     "AsyncClient": "kameleon.client",
     "Client": "kameleon.client",
-    "Interrupted": "kameleon.core.run",
+    "Interrupted": "kameleon.core.running.inprocess",
     "Result": "kameleon.result",
-    "SamplingWarning": "kameleon.core.checks",
+    "SamplingWarning": "kameleon.core.diagnostics.findings",
     "consensus": "kameleon.shards",
     "sample": "kameleon.sampling",
     **dict.fromkeys(

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from kameleon.core.checks import StopRule
+from kameleon.core.diagnostics.findings import StopRule
 
 __all__ = ["LogDensity"]
 

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from kameleon._protocol import DEFAULT_URL
-from kameleon.core.defaults import CHAINS, ITERATIONS, WARMUP
+from kameleon.core.interface.defaults import CHAINS, ITERATIONS, WARMUP
 from kameleon.remote import session_result
 
 __all__ = ["main"]
@@ -207,8 +207,8 @@ def _run(args: argparse.Namespace) -> int:
     import warnings
 
     import kameleon
-    from kameleon.core.checks import SamplingWarning
-    from kameleon.core.run import Interrupted
+    from kameleon.core.diagnostics.findings import SamplingWarning
+    from kameleon.core.running.inprocess import Interrupted
 
     if args.session and not args.url and not os.environ.get("KAMELEON_URL"):
         raise ValueError("--session joins a session on a service: give --url too")

@@ -75,7 +75,7 @@ class Health:
 @dataclass(frozen=True, slots=True)
 class Finding:
     """A convergence warning of the service (``code``: see the README's table), with the
-    fields of :class:`kameleon.core.checks.Finding`; ``value`` is ``inf`` where the
+    fields of :class:`kameleon.core.diagnostics.findings.Finding`; ``value`` is ``inf`` where the
     service says ``null`` (infinite)."""
 
     code: str

@@ -29,10 +29,10 @@ from kameleon._run import (
 )
 from kameleon.client import Client
 from kameleon.core import SAMPLERS
-from kameleon.core.checks import Finding, StopRule
-from kameleon.core.rng import Stream, fresh_generator, substream
-from kameleon.core.run import Interrupted
-from kameleon.core.runner import ConditionalFn
+from kameleon.core.diagnostics.findings import Finding, StopRule
+from kameleon.core.numerics.rng import Stream, fresh_generator, substream
+from kameleon.core.running.chains import ConditionalFn
+from kameleon.core.running.inprocess import Interrupted
 from kameleon.errors import Conflict
 from kameleon.models import Finding as ServiceFinding
 from kameleon.models import Proposal, Session
@@ -403,7 +403,7 @@ def _hand_back(client: Client, session_id: str, proposals: list[Proposal]) -> No
 class Conditionals:
     """The draw functions of a ``gibbs`` session's conditional blocks, by block, and the
     session's seed, which seeds each draw's generator as the in-process runner does
-    (:func:`kameleon.core.runner.ConditionalFn`): a run through a service draws what
+    (:func:`kameleon.core.running.chains.ConditionalFn`): a run through a service draws what
     the same run in process draws."""
 
     seed: int

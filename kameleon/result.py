@@ -16,7 +16,7 @@ import numpy.typing as npt
 from kameleon.models import Diagnostics, EvidenceSummary
 
 if TYPE_CHECKING:
-    from kameleon.core.checks import Finding
+    from kameleon.core.diagnostics.findings import Finding
 
 __all__ = ["Result"]
 
@@ -51,7 +51,7 @@ class Result:
         Per parameter mean, sd, MCSE, bulk and tail ESS, R-hat; per chain acceptance.
     warnings
         The convergence problems found (each also emitted as a
-        :class:`~kameleon.core.checks.SamplingWarning` when the run ended).
+        :class:`~kameleon.core.diagnostics.findings.SamplingWarning` when the run ended).
     seed
         The seed of the run (drawn at random when none was given): the same seed gives
         the same draws.
@@ -222,7 +222,7 @@ class Result:
     def warning_lines(self) -> list[str]:
         """The warnings grouped: one line per kind naming the parameters and chains it
         concerns, then one line of what to try."""
-        from kameleon.core.checks import grouped_lines
+        from kameleon.core.diagnostics.findings import grouped_lines
 
         return grouped_lines(self.warnings)
 

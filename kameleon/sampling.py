@@ -1,7 +1,7 @@
 """``kameleon.sample``: one call that samples a Python log density, in process or through
 a Kameleon service, and returns a :class:`~kameleon.result.Result`.
 
-In process (``url=None``) it runs :func:`kameleon.core.run.sample_chains`. With a URL it
+In process (``url=None``) it runs :func:`kameleon.core.running.inprocess.sample_chains`. With a URL it
 creates a session and runs ``workers`` workers, each asking for proposals with a lease,
 evaluating them and stepping (tell, then ask), so that an expensive log density is
 evaluated at several points at once. Either way the same seed gives the same draws, bit
@@ -21,13 +21,13 @@ import numpy as np
 import numpy.typing as npt
 
 from kameleon.core import DEFAULT_ALGORITHM, SAMPLERS
-from kameleon.core.checks import SamplingWarning, StopRule, group
-from kameleon.core.defaults import CHAINS, ITERATIONS, WARMUP
-from kameleon.core.diagnostics import ParameterSummary
-from kameleon.core.evidence import Evidence
-from kameleon.core.initial import DEFAULT_MAX_ATTEMPTS
-from kameleon.core.run import assess_results, sample_chains
-from kameleon.core.runner import ConditionalFn, EvaluateMany
+from kameleon.core.diagnostics.findings import SamplingWarning, StopRule, group
+from kameleon.core.diagnostics.summary import ParameterSummary
+from kameleon.core.interface.defaults import CHAINS, ITERATIONS, WARMUP
+from kameleon.core.populations.evidence import Evidence
+from kameleon.core.running.chains import ConditionalFn, EvaluateMany
+from kameleon.core.running.initial import DEFAULT_MAX_ATTEMPTS
+from kameleon.core.running.inprocess import assess_results, sample_chains
 from kameleon.models import ChainDiagnostics, Diagnostics, EvidenceSummary, ParameterDiagnostics
 from kameleon.result import Result
 
@@ -187,10 +187,10 @@ def sample(
     Result
         Draws ``(chains, draws, dim)``, log densities, acceptance, diagnostics and
         warnings; each warning is also emitted as a
-        :class:`~kameleon.core.checks.SamplingWarning`.
+        :class:`~kameleon.core.diagnostics.findings.SamplingWarning`.
 
     Interrupted (Ctrl-C), it returns the draws made so far with a
-    :class:`~kameleon.core.run.Interrupted` warning; through a service the warning names
+    :class:`~kameleon.core.running.inprocess.Interrupted` warning; through a service the warning names
     the session and how to go on (``session=``).
 
     Raises
@@ -203,7 +203,7 @@ def sample(
     if sampler is not None and sampler.evaluation.parts:
         raise ValueError(
             f"{algorithm} is told a log prior and a minibatch's log likelihood apart: run it "
-            "with kameleon.core.run.sample_chains (f(x, minibatch)) or over the HTTP API; "
+            "with kameleon.core.running.inprocess.sample_chains (f(x, minibatch)) or over the HTTP API; "
             "kameleon.sample does not drive it yet"
         )
     logdensity = _MinusInfinity(logdensity)
@@ -304,7 +304,7 @@ def _dim(
 def _in_process(
     run: _Run, workers: int, parallel: str, vectorize: bool, max_bytes: int | None
 ) -> Result:
-    """Run :func:`kameleon.core.run.sample_chains` and read the result off its chains."""
+    """Run :func:`kameleon.core.running.inprocess.sample_chains` and read the result off its chains."""
     total = run.chains * (run.warmup + run.iterations + 1)  # + each initial point
     bar = _Progress(total, run.progress, acceptance_known=False)
     vectorized = run.logdensity

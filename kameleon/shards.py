@@ -10,7 +10,7 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
-from kameleon.core.consensus import combine, shard_warnings
+from kameleon.core.populations.consensus import combine, shard_warnings
 from kameleon.models import Consensus
 from kameleon.result import Result
 
@@ -36,7 +36,7 @@ def consensus(
     from ``seed``. Both are exact for Gaussian subposteriors; the answer's ``warnings``
     name the shards that warn themselves or are not Gaussian.
 
-    Raises :class:`kameleon.core.consensus.ConsensusError` (a ``ValueError``) for shards
+    Raises :class:`kameleon.core.populations.consensus.ConsensusError` (a ``ValueError``) for shards
     that cannot be combined.
     """
     arrays, own = [], []

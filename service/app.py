@@ -81,7 +81,7 @@ def create_app(settings: Settings | None = None, store: Store | None = None) -> 
     _configure_logging(settings)
     metrics = Metrics()
     # One BLAS thread for the whole process: the same seed and told values give the same
-    # draws as in process and in every other service process (core.linalg).
+    # draws as in process and in every other service process (core.numerics.linalg).
     single_threaded_blas()
 
     @asynccontextmanager

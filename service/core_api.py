@@ -4,14 +4,22 @@ else under ``service/`` (``tests/test_layering.py`` checks it).
 
 What core offers the service is then read in one place, and a change of core's layout
 touches this module alone. The names are core's own; the few renamed say what they are
-out of their module (``round_size`` for :func:`kameleon.core.rounds.size`).
+out of their module (``round_size`` for :func:`kameleon.core.populations.rounds.size`).
 """
 
 from __future__ import annotations
 
 from kameleon.core import DEFAULT_ALGORITHM, SAMPLERS
-from kameleon.core.assess import assess
-from kameleon.core.base import (
+from kameleon.core.diagnostics.assess import assess
+from kameleon.core.diagnostics.findings import CODES, StopRule
+from kameleon.core.diagnostics.population import population_summaries
+from kameleon.core.diagnostics.summary import MIN_DRAWS, ess_bulk, rhat
+from kameleon.core.interface.codec import CodecError, Memo, cold_changed, decode, encode
+from kameleon.core.interface.defaults import CHAINS, ITERATIONS, WARMUP
+from kameleon.core.interface.memory import COPIES, chain_bytes, chain_floats
+from kameleon.core.interface.memory import describe as describe_memory
+from kameleon.core.interface.options import OptionError, describe_params
+from kameleon.core.interface.sampler import (
     FloatArray,
     Parts,
     Proposal,
@@ -22,27 +30,19 @@ from kameleon.core.base import (
     tell_one,
     transition_stats,
 )
-from kameleon.core.batch import ask_many, tell_many
-from kameleon.core.checks import CODES, StopRule
-from kameleon.core.consensus import ConsensusError, combine, shard_warnings
-from kameleon.core.defaults import CHAINS, ITERATIONS, WARMUP
-from kameleon.core.diagnostics import MIN_DRAWS, ess_bulk, rhat
-from kameleon.core.initial import (
+from kameleon.core.numerics.linalg import single_threaded_blas
+from kameleon.core.populations.consensus import ConsensusError, combine, shard_warnings
+from kameleon.core.populations.rounds import offset as round_offset
+from kameleon.core.populations.rounds import proposals as round_proposals
+from kameleon.core.populations.rounds import size as round_size
+from kameleon.core.running.batch import ask_many, tell_many
+from kameleon.core.running.initial import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_RADIUS,
     initial_point,
     redraw,
     start_radius,
 )
-from kameleon.core.linalg import single_threaded_blas
-from kameleon.core.memory import COPIES, chain_bytes, chain_floats
-from kameleon.core.memory import describe as describe_memory
-from kameleon.core.options import OptionError, describe_params
-from kameleon.core.population import population_summaries
-from kameleon.core.rounds import offset as round_offset
-from kameleon.core.rounds import proposals as round_proposals
-from kameleon.core.rounds import size as round_size
-from kameleon.core.serialization import CodecError, Memo, cold_changed, decode, encode
 
 __all__ = [
     "CHAINS",

@@ -4,7 +4,7 @@ The samplers declare their options once, in ``core``: a frozen dataclass whose f
 are the options (with their types and defaults) and whose numpy-style docstring says
 what each one does. This module turns that into the per-algorithm schemas of the OpenAPI
 document, so the contract a client reads and the parser that checks a request
-(:func:`kameleon.core.options.parse_params`) cannot drift apart. Range checks stay in the
+(:func:`kameleon.core.interface.options.parse_params`) cannot drift apart. Range checks stay in the
 dataclasses; the schema states types, defaults, allowed values and descriptions.
 """
 

@@ -1,1 +1,1 @@
-"""One module per sampling algorithm, each with the interface of :mod:`core.base`."""
+"""One module per sampling algorithm, each with the interface of :mod:`core.interface.sampler`."""

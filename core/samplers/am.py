@@ -22,7 +22,7 @@ where
   (Andrieu and Thoms 2008, "A tutorial on adaptive MCMC", Algorithm 4). It starts at 1
   and is kept when ``Sigma_t`` switches from the initial to the estimated covariance.
 
-Adaptation follows the ``adaptation`` option (see :mod:`core.adaptation`): in
+Adaptation follows the ``adaptation`` option (see :mod:`core.tuning.adaptation`): in
 ``"warmup"`` mode the covariance estimate and the scale are updated during warm-up and
 frozen afterwards, so the post-warm-up chain is a plain Metropolis chain. In
 ``"diminishing"`` mode the covariance estimate is updated at every iteration (its change
@@ -39,15 +39,8 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from kameleon.core.adaptation import (
-    Welford,
-    adapt_probability,
-    learning_rate,
-    robbins_monro,
-    usable_covariance,
-)
-from kameleon.core.arithmetic import exp1, matvec
-from kameleon.core.base import (
+from kameleon.core.interface.codec import register
+from kameleon.core.interface.sampler import (
     ChainState,
     FloatArray,
     OptionError,
@@ -60,9 +53,16 @@ from kameleon.core.base import (
     new_chain_fields,
     params_parser,
 )
-from kameleon.core.linalg import jittered_cholesky
-from kameleon.core.serialization import register
-from kameleon.core.windows import window_ends
+from kameleon.core.numerics.arithmetic import exp1, matvec
+from kameleon.core.numerics.linalg import jittered_cholesky
+from kameleon.core.tuning.adaptation import (
+    Welford,
+    adapt_probability,
+    learning_rate,
+    robbins_monro,
+    usable_covariance,
+)
+from kameleon.core.tuning.windows import window_ends
 
 __all__ = [
     "NAME",
@@ -109,7 +109,7 @@ class Params:
     windows
         In ``"warmup"`` mode, estimate the covariance in windows of doubling length that
         end at ``warmup / 32, ..., warmup / 2, warmup``
-        (:func:`core.windows.window_ends`; those that would hold fewer than
+        (:func:`core.tuning.windows.window_ends`; those that would hold fewer than
         ``adapt_start`` states are merged into the next), each starting from the previous
         window's estimate with ``lambda`` back at 1, as Stan's warm-up does (default
         true). A scale that the first proposals got wrong by orders of magnitude is then
@@ -184,7 +184,7 @@ def proposal_covariance(state: State, params: Params, *, estimate: bool = True) 
     """The covariance ``C_t`` of the next proposal's increment (see the module docstring).
 
     An estimate that is not finite or has a variance above
-    :data:`core.adaptation.MAX_VARIANCE` (the chain drifts on a flat or unbounded
+    :data:`core.tuning.adaptation.MAX_VARIANCE` (the chain drifts on a flat or unbounded
     target) is not used, nor any estimate if not ``estimate``: the previous window's
     covariance is, or the initial one."""
     variance_0 = params.initial_scale * params.initial_scale
@@ -312,7 +312,7 @@ def _window_ends(params: Params) -> tuple[int, ...]:
 
 
 def chain_floats(dim: int, params: Params) -> int:
-    """The floats one chain keeps and works with, at most (:mod:`core.memory`): the
+    """The floats one chain keeps and works with, at most (:mod:`core.interface.memory`): the
     Welford mean and covariance, the window's covariance, the proposal covariance and
     its Cholesky factor."""
     return 4 * dim * dim + 4 * dim
@@ -328,6 +328,6 @@ SAMPLER: Sampler[State, Params] = Sampler(
     ask=ask,
     tell=tell,
     chain_floats=chain_floats,
-    # What tell hands to metropolis_tell: core.batch.tell_many steps many chains at once.
+    # What tell hands to metropolis_tell: core.running.batch.tell_many steps many chains at once.
     metropolis_adapt=_adapt,
 )

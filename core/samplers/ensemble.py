@@ -58,8 +58,8 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from kameleon.core.arithmetic import log1
-from kameleon.core.base import (
+from kameleon.core.interface.codec import register
+from kameleon.core.interface.sampler import (
     ChainState,
     FloatArray,
     OptionError,
@@ -73,8 +73,8 @@ from kameleon.core.base import (
     new_chain_fields,
     params_parser,
 )
-from kameleon.core.rng import Stream, generator
-from kameleon.core.serialization import register
+from kameleon.core.numerics.arithmetic import log1
+from kameleon.core.numerics.rng import Stream, generator
 
 __all__ = [
     "DE_NOISE",
@@ -311,7 +311,7 @@ def tell(
 
 
 def round_size(state: State, params: Params) -> int:
-    """The rest of the chain's round (:mod:`core.rounds`): the walkers still to be placed
+    """The rest of the chain's round (:mod:`core.populations.rounds`): the walkers still to be placed
     (each is evaluated where it was put), then the rest of the half-step (each walker
     of the half moves from the other half's positions as they were when it began)."""
     t = state.iteration + 1
@@ -349,7 +349,7 @@ def _tell_initial(state: State, params: Params, logdensity: float) -> tuple[Stat
 
 
 def chain_floats(dim: int, params: Params) -> int:
-    """The floats one chain keeps and works with, at most (:mod:`core.memory`): the
+    """The floats one chain keeps and works with, at most (:mod:`core.interface.memory`): the
     walkers and their log densities, twice (the state before and after a tell), and a
     proposal's few vectors."""
     w = params.size

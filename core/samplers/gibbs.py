@@ -43,9 +43,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from kameleon.core.adaptation import Welford, learning_rate, robbins_monro, usable_covariance
-from kameleon.core.arithmetic import exp1, matvec
-from kameleon.core.base import (
+from kameleon.core.interface.codec import register
+from kameleon.core.interface.sampler import (
     ChainState,
     Evaluation,
     FloatArray,
@@ -59,10 +58,11 @@ from kameleon.core.base import (
     params_parser,
     tell_initial,
 )
-from kameleon.core.linalg import jittered_cholesky
-from kameleon.core.rng import Stream, generator, substream
-from kameleon.core.serialization import register
-from kameleon.core.windows import window_ends
+from kameleon.core.numerics.arithmetic import exp1, matvec
+from kameleon.core.numerics.linalg import jittered_cholesky
+from kameleon.core.numerics.rng import Stream, generator, substream
+from kameleon.core.tuning.adaptation import Welford, learning_rate, robbins_monro, usable_covariance
+from kameleon.core.tuning.windows import window_ends
 
 __all__ = [
     "NAME",
@@ -365,7 +365,9 @@ def ask(state: State, params: Params) -> Proposal:
     point = np.array(state.position)
     with np.errstate(over="ignore", invalid="ignore"):
         point[list(block.indices)] += matvec(_block_factor(state, params, b), z)
-    if not np.isfinite(point).all():  # overflowed: propose staying put, as core.base does
+    if not np.isfinite(
+        point
+    ).all():  # overflowed: propose staying put, as core.interface.sampler does
         return Proposal(t, "proposal", state.position, step=state.step)
     return Proposal(t, "proposal", frozen_array(point), step=state.step)
 
@@ -525,7 +527,7 @@ def told_record(
 
 
 def chain_floats(dim: int, params: Params) -> int:
-    """The floats one chain keeps and works with, at most (:mod:`core.memory`): the
+    """The floats one chain keeps and works with, at most (:mod:`core.interface.memory`): the
     Welford mean and covariance, the window's covariance, a block's covariance and
     factor, the records of two sweeps' told values and draws, and the scales."""
     steps = len(schedule(params))

@@ -18,10 +18,10 @@ the points left are not asked for. A next point that overflows is never handed o
 ``ask`` hands out the current position in its place and the told value ends the
 transition as a divergence.
 
-The warm-up is Stan's (:mod:`core.gradient_warmup`): dual averaging of the step size
+The warm-up is Stan's (:mod:`core.gradients.warmup`): dual averaging of the step size
 toward ``target_acceptance``, the inverse metric from windows of positions. The first
 chains check the told gradient against finite differences at the initial point
-(:mod:`core.gradient_check`) before their first trajectory.
+(:mod:`core.gradients.check`) before their first trajectory.
 """
 
 from __future__ import annotations
@@ -32,8 +32,24 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from kameleon.core.arithmetic import exp1, log1
-from kameleon.core.base import (
+from kameleon.core.gradients.chain import (
+    WARMUP_COLD_FIELDS,
+    check_gradient,
+    check_gradient_options,
+    new_gradient_fields,
+    tell_initial_gradient,
+)
+from kameleon.core.gradients.check import Check, check_ask, check_tell
+from kameleon.core.gradients.hamiltonian import (
+    DIVERGENCE,
+    draw_momentum,
+    kinetic_energy,
+    leapfrog_momentum,
+    leapfrog_position,
+)
+from kameleon.core.gradients.warmup import DualAveraging, MetricWindow, warmup_changes
+from kameleon.core.interface.codec import register
+from kameleon.core.interface.sampler import (
     ChainState,
     Evaluation,
     FloatArray,
@@ -44,24 +60,8 @@ from kameleon.core.base import (
     frozen_array,
     params_parser,
 )
-from kameleon.core.gradient_chain import (
-    WARMUP_COLD_FIELDS,
-    check_gradient,
-    check_gradient_options,
-    new_gradient_fields,
-    tell_initial_gradient,
-)
-from kameleon.core.gradient_check import Check, check_ask, check_tell
-from kameleon.core.gradient_warmup import DualAveraging, MetricWindow, warmup_changes
-from kameleon.core.hamiltonian import (
-    DIVERGENCE,
-    draw_momentum,
-    kinetic_energy,
-    leapfrog_momentum,
-    leapfrog_position,
-)
-from kameleon.core.rng import Stream, generator
-from kameleon.core.serialization import register
+from kameleon.core.numerics.arithmetic import exp1, log1
+from kameleon.core.numerics.rng import Stream, generator
 
 __all__ = [
     "NAME",
@@ -140,9 +140,9 @@ class State(ChainState):
     evaluations
         Every evaluation told (initial point and gradient check included).
     check
-        The gradient check (:mod:`core.gradient_check`).
+        The gradient check (:mod:`core.gradients.check`).
     adapt, step_size, metric, window
-        The warm-up (:mod:`core.gradient_warmup`); ``metric`` is the inverse metric.
+        The warm-up (:mod:`core.gradients.warmup`); ``metric`` is the inverse metric.
     n_steps, diverging, divergences, energy
         Of the last transition: its leapfrog steps, whether it diverged, the
         divergences after warm-up so far, the Hamiltonian at the draw.
@@ -337,7 +337,7 @@ def _end(
 
 
 def chain_floats(dim: int, params: Params) -> int:
-    """The floats one chain keeps and works with, at most (:mod:`core.memory`): the
+    """The floats one chain keeps and works with, at most (:mod:`core.interface.memory`): the
     position, gradient and trajectory (5 vectors), the metric window (4, and the
     positions' outer products for a dense metric), the metric, and the vectors and
     Cholesky factor a leapfrog step works with; and about 60 floats' worth of scalars

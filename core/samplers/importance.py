@@ -15,11 +15,11 @@ client tells ``log p(x)``, and the draw is ``x`` with the log weight
 one round of C independent particles. The post-warm-up draws are plain importance
 samples: ``mean(w)`` estimates the normalising constant of ``p`` without bias (the
 evidence, when ``p`` is prior times likelihood), and weighted averages estimate
-expectations (:mod:`core.evidence`). Across chains the draws are weighed against the
+expectations (:mod:`core.populations.evidence`). Across chains the draws are weighed against the
 mixture of every chain's proposal (:func:`mixture_log_weights`): chains that found
 different modes together cover them all.
 
-Arithmetic: the draws use :mod:`core.arithmetic` and integer-degree chi-squared draws
+Arithmetic: the draws use :mod:`core.numerics.arithmetic` and integer-degree chi-squared draws
 (sums of squared normals), so that the same seed gives the same draws on every machine.
 """
 
@@ -33,9 +33,8 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from kameleon.core.adaptation import usable_covariance
-from kameleon.core.arithmetic import dot, exp1, matvec
-from kameleon.core.base import (
+from kameleon.core.interface.codec import register
+from kameleon.core.interface.sampler import (
     ChainState,
     FloatArray,
     OptionError,
@@ -47,10 +46,11 @@ from kameleon.core.base import (
     new_chain_fields,
     params_parser,
 )
-from kameleon.core.linalg import jittered_cholesky
-from kameleon.core.rng import Stream, generator
+from kameleon.core.numerics.arithmetic import dot, exp1, matvec
+from kameleon.core.numerics.linalg import jittered_cholesky
+from kameleon.core.numerics.rng import Stream, generator
 from kameleon.core.samplers import am
-from kameleon.core.serialization import register
+from kameleon.core.tuning.adaptation import usable_covariance
 
 __all__ = [
     "NAME",
@@ -192,7 +192,7 @@ def ask(state: State, params: Params) -> Proposal:
 
 
 def round_size(state: State, params: Params) -> int:
-    """The rest of the chain's round (:mod:`core.rounds`): after warm-up, the rest of
+    """The rest of the chain's round (:mod:`core.populations.rounds`): after warm-up, the rest of
     its ``particles`` independent draws of the fixed proposal; in warm-up, one ``am``
     transition."""
     t = state.iteration + 1
@@ -357,7 +357,7 @@ def _log_gamma_half(k: int) -> float:
 
 
 def chain_floats(dim: int, params: Params) -> int:
-    """The floats one chain keeps and works with, at most (:mod:`core.memory`): the
+    """The floats one chain keeps and works with, at most (:mod:`core.interface.memory`): the
     warm-up's ``am`` chain, and the proposal's mean and factor."""
     return am.chain_floats(dim, params.walker) + 2 * dim + dim * dim + 10
 

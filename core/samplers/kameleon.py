@@ -3,7 +3,7 @@
 Sejdinovic, Strathmann, Lomeli Garcia, Andrieu and Gretton (2014), "Kernel adaptive
 Metropolis-Hastings", ICML. A random walk whose covariance at ``y`` follows the
 local covariance of a subsample ``Z = {z_1, ..., z_n}`` of the chain's history, seen
-through the gradients of a Gaussian kernel ``k`` (bandwidth ``l``, see :mod:`core.rkhs`):
+through the gradients of a Gaussian kernel ``k`` (bandwidth ``l``, see :mod:`core.kernels.rkhs`):
 
     q(. | y) = N(y, R_y),
     R_y = gamma^2 I + nu^2 (1/n) sum_i (g_i - g_mean)(g_i - g_mean)^T,
@@ -34,7 +34,7 @@ Implementation notes, with the reference code's pitfalls fixed:
 * The log density uses a Cholesky factor of ``R_y`` when ``d <= n`` and the matrix
   determinant lemma with Woodbury's identity (an ``n x n`` factor, no ``d x d`` matrix)
   when ``d > n``; ``R_y`` is never inverted.
-* ``Z`` is a reservoir sample (:mod:`core.reservoir`) of the chain's states after
+* ``Z`` is a reservoir sample (:mod:`core.tuning.reservoir`) of the chain's states after
   ``adapt_start``: a uniform subsample of the history in ``O(n d)`` memory.
 * ``log nu^2`` follows a Robbins-Monro recursion on the clipped acceptance probability
   ``min(1, alpha)`` toward ``target_acceptance``.
@@ -50,10 +50,9 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from kameleon.core import preconditioning
-from kameleon.core.adaptation import Welford, adapt_probability, learning_rate, robbins_monro
-from kameleon.core.arithmetic import exp1, log1, matvec, solve_lower
-from kameleon.core.base import (
+from kameleon.core.interface.codec import register
+from kameleon.core.interface.memory import preconditioning_floats
+from kameleon.core.interface.sampler import (
     ChainState,
     FloatArray,
     OptionError,
@@ -66,7 +65,7 @@ from kameleon.core.base import (
     new_chain_fields,
     params_parser,
 )
-from kameleon.core.kamh_proposal import (
+from kameleon.core.kernels.kamh_proposal import (
     FACTORS,
     log_density_cholesky,
     log_density_whitened,
@@ -74,16 +73,17 @@ from kameleon.core.kamh_proposal import (
     proposal_log_density,
     sample_proposal,
 )
-from kameleon.core.memory import preconditioning_floats
-from kameleon.core.preconditioning import (
+from kameleon.core.kernels.rkhs import gaussian_kernel_grad, median_bandwidth
+from kameleon.core.numerics.arithmetic import exp1, log1, matvec, solve_lower
+from kameleon.core.numerics.rng import Stream, generator
+from kameleon.core.tuning import preconditioning
+from kameleon.core.tuning.adaptation import Welford, adapt_probability, learning_rate, robbins_monro
+from kameleon.core.tuning.preconditioning import (
     PRECONDITIONING_COLD_FIELDS,
     Preconditioner,
     PreconditionOptions,
 )
-from kameleon.core.reservoir import reservoir_update
-from kameleon.core.rkhs import gaussian_kernel_grad, median_bandwidth
-from kameleon.core.rng import Stream, generator
-from kameleon.core.serialization import register
+from kameleon.core.tuning.reservoir import reservoir_update
 
 __all__ = [
     "NAME",
@@ -112,7 +112,7 @@ _MEDIAN_POINTS = 200
 @dataclass(frozen=True, slots=True)
 class Params(PreconditionOptions):
     """Options of KAMH: ``preconditioning``, ``precondition_iterations`` and
-    ``initial_scale`` (:class:`core.preconditioning.PreconditionOptions`), and
+    ``initial_scale`` (:class:`core.tuning.preconditioning.PreconditionOptions`), and
 
     Attributes
     ----------
@@ -146,7 +146,7 @@ class Params(PreconditionOptions):
         of the warm-up history after ``adapt_start``, and it and ``nu^2`` freeze at the
         end of warm-up. ``"diminishing"``: the reservoir keeps sampling the whole
         history after ``adapt_start``, and each iteration, with a probability that
-        vanishes (:func:`core.adaptation.adapt_probability`), the proposal's subsample
+        vanishes (:func:`core.tuning.adaptation.adapt_probability`), the proposal's subsample
         is replaced by the reservoir and ``nu^2`` is adapted.
     adapt_start
         Iterations of the plain random walk before the history is collected and
@@ -281,7 +281,7 @@ def _handover(state: State, params: Params) -> State:
 
 
 def _remap(state: State, params: Params, old: Preconditioner) -> State:
-    """The map changed in warm-up (:func:`core.preconditioning.learn`): the history and
+    """The map changed in warm-up (:func:`core.tuning.preconditioning.learn`): the history and
     the subsample, kept whitened, are whitened by the new map instead, and the
     bandwidth is the median heuristic's on them."""
     new = state.preconditioner
@@ -391,7 +391,7 @@ def _same_rows(a: FloatArray, b: FloatArray | None) -> bool:
 
 
 def chain_floats(dim: int, params: Params) -> int:
-    """The floats one chain keeps and works with, at most (:mod:`core.memory`): the
+    """The floats one chain keeps and works with, at most (:mod:`core.interface.memory`): the
     reservoir and subsample, kernel gradients at two points, the d x d proposal
     covariance and factor (d <= n) or the n x n Woodbury matrices (d > n), and the
     preconditioning's."""

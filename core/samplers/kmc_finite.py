@@ -2,15 +2,15 @@
 efficient kernel exponential families", KMC finite).
 
 The surrogate is ``f(x) = theta^T phi(x)`` on ``m`` random Fourier features of the
-Gaussian kernel (:mod:`core.score_matching`), fitted online: the chain keeps the
+Gaussian kernel (:mod:`core.kernels.score_matching`), fitted online: the chain keeps the
 Cholesky factor of the ``m x m`` score-matching matrix and the vector ``b``, never the
 history. The leapfrog, the accept step and the scale adaptation are those of
-:mod:`core.kernel_hmc`.
+:mod:`core.kernels.kernel_hmc`.
 
 Schedule.
 
 1. The first ``min_history`` states of the history go into a small reservoir
-   (:mod:`core.reservoir`). When it is full, the bandwidth is set (unless the
+   (:mod:`core.tuning.reservoir`). When it is full, the bandwidth is set (unless the
    ``bandwidth`` option is given) to ``sqrt(2)`` times the median distance of its
    points: a wide kernel, since this early sample is narrower than the target and the
    features cannot be redrawn. The features are drawn once from the chain's setup
@@ -24,11 +24,11 @@ Schedule.
 3. The batch is folded in once it holds ``update_every`` states, and (``"warmup"``
    mode) at the last warm-up iteration, after which the surrogate freezes. Folding
    ``k`` states is a rank-``k d`` update of the factor, ``O(k d m^2)``
-   (:func:`core.score_matching.finite_update`), then ``theta`` is re-solved in
+   (:func:`core.kernels.score_matching.finite_update`), then ``theta`` is re-solved in
    ``O(m^2)``: ``O(d m^2)`` per state on average. Batching makes the large ``m x m``
    factor change, and need rewriting in a store, only every ``update_every`` states.
 
-When the preconditioner's map changes in warm-up (:func:`core.preconditioning.learn`),
+When the preconditioner's map changes in warm-up (:func:`core.tuning.preconditioning.learn`),
 the features are transformed so that the surrogate stays the same function of the
 user's coordinates, and the statistics go on accumulating (see ``_remap``).
 
@@ -49,28 +49,29 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from kameleon.core import kernel_hmc, preconditioning
-from kameleon.core.arithmetic import matmul, solve_lower, vecmat
-from kameleon.core.base import (
+from kameleon.core.interface.codec import register
+from kameleon.core.interface.memory import preconditioning_floats
+from kameleon.core.interface.sampler import (
     FloatArray,
     OptionError,
     Sampler,
     frozen_array,
     params_parser,
 )
-from kameleon.core.kernel_hmc import KMCParams, KMCState
-from kameleon.core.memory import preconditioning_floats
-from kameleon.core.preconditioning import Preconditioner
-from kameleon.core.reservoir import reservoir_update
-from kameleon.core.rng import Stream, generator
-from kameleon.core.score_matching import (
+from kameleon.core.kernels import kernel_hmc
+from kameleon.core.kernels.kernel_hmc import KMCParams, KMCState
+from kameleon.core.kernels.score_matching import (
     FiniteSurrogate,
     finite_initial,
     finite_solve,
     finite_update,
     random_features,
 )
-from kameleon.core.serialization import register
+from kameleon.core.numerics.arithmetic import matmul, solve_lower, vecmat
+from kameleon.core.numerics.rng import Stream, generator
+from kameleon.core.tuning import preconditioning
+from kameleon.core.tuning.preconditioning import Preconditioner
+from kameleon.core.tuning.reservoir import reservoir_update
 
 __all__ = [
     "NAME",
@@ -96,7 +97,7 @@ _BANDWIDTH_FACTOR = math.sqrt(2.0)
 
 @dataclass(frozen=True, slots=True)
 class Params(KMCParams):
-    """Options of KMC finite: those of :class:`core.kernel_hmc.KMCParams` and
+    """Options of KMC finite: those of :class:`core.kernels.kernel_hmc.KMCParams` and
 
     Attributes
     ----------
@@ -108,7 +109,7 @@ class Params(KMCParams):
     regularization
         The ridge in units of one history point: ``lam_0 = r sum_j ||omega_j||^2 / m^2``
         is added to the summed score-matching matrix (default 100; see
-        :func:`core.score_matching.finite_regularizer`). Relative to the average over
+        :func:`core.kernels.score_matching.finite_regularizer`). Relative to the average over
         ``N`` points it fades as ``r / N``, with ``lam_0`` as its floor in the sum.
     """
 
@@ -130,7 +131,7 @@ class Params(KMCParams):
 @dataclass(frozen=True, slots=True)
 class State(KMCState):
     """A KMC finite chain (the shared fields are those of
-    :class:`core.kernel_hmc.KMCState`).
+    :class:`core.kernels.kernel_hmc.KMCState`).
 
     Attributes
     ----------
@@ -142,11 +143,11 @@ class State(KMCState):
     pending, pending_weights
         States waiting to be folded in, shape ``(k, d)``, and their weights ``(k,)``.
     omega, phase
-        The features (:func:`core.score_matching.random_features`); ``None`` until
+        The features (:func:`core.kernels.score_matching.random_features`); ``None`` until
         drawn.
     factor, b
         Upper Cholesky factor of the summed score-matching matrix and the summed ``b``
-        (:func:`core.score_matching.finite_update`); ``None`` until the features exist.
+        (:func:`core.kernels.score_matching.finite_update`); ``None`` until the features exist.
     theta
         The surrogate's weights ``factor^-1 factor^-T b``; ``None`` likewise.
     """
@@ -268,7 +269,7 @@ def _fold(state: State, points: FloatArray, weights: FloatArray) -> State:
 
 
 def _remap(state: State, params: KMCParams, old: Preconditioner) -> State:
-    """The map changed in warm-up (:func:`core.preconditioning.learn`): the surrogate is
+    """The map changed in warm-up (:func:`core.tuning.preconditioning.learn`): the surrogate is
     carried over unchanged as a function of the user's coordinates, and points still
     waiting (the reservoir before the features, the pending batch) are whitened anew.
 
@@ -300,12 +301,12 @@ def _remap(state: State, params: KMCParams, old: Preconditioner) -> State:
     )
 
 
-#: ``ask(state, params)`` and ``tell(state, params, proposal, logdensity)`` (core.base).
+#: ``ask(state, params)`` and ``tell(state, params, proposal, logdensity)`` (core.interface.sampler).
 ask, tell = kernel_hmc.variant(_surrogate, _collect, _remap)
 
 
 def chain_floats(dim: int, params: Params) -> int:
-    """The floats one chain keeps and works with, at most (:mod:`core.memory`): the
+    """The floats one chain keeps and works with, at most (:mod:`core.interface.memory`): the
     frequencies, the m x m covariance and its factor, the batch of pending states, and
     the preconditioning's."""
     m, u = int(params.num_features), int(params.update_every)

@@ -2,10 +2,10 @@
 efficient kernel exponential families", KMC lite).
 
 The surrogate is ``f(x) = sum_i alpha_i k(z_i, x)`` on ``n`` centres ``z_i``: a uniform
-reservoir sample (:mod:`core.reservoir`) of the chain's history, fitted by the
-regularised lite score-matching estimator (:func:`core.score_matching.fit_lite`). The
+reservoir sample (:mod:`core.tuning.reservoir`) of the chain's history, fitted by the
+regularised lite score-matching estimator (:func:`core.kernels.score_matching.fit_lite`). The
 leapfrog, the accept step and the scale adaptation are those of
-:mod:`core.kernel_hmc`.
+:mod:`core.kernels.kernel_hmc`.
 
 Refit schedule. Every state of the history is offered to the reservoir (``O(d)``, or
 an ``O(n d)`` copy when it is kept). The first fit is made as soon as ``min_history``
@@ -20,7 +20,7 @@ vanishing adaptation probability, cost ever less per iteration.
 
 A leapfrog step costs one surrogate gradient, ``O(n d)``. The state holds the reservoir,
 the centres and ``alpha``: ``O(n d)`` memory whatever the chain's length. These are its
-cold fields (:mod:`core.serialization`); the reservoir changes with probability
+cold fields (:mod:`core.interface.codec`); the reservoir changes with probability
 ``n / t`` per offer, the centres and ``alpha`` only at refits.
 """
 
@@ -32,21 +32,22 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from kameleon.core import kernel_hmc, preconditioning
-from kameleon.core.base import (
+from kameleon.core.interface.codec import register
+from kameleon.core.interface.memory import preconditioning_floats
+from kameleon.core.interface.sampler import (
     FloatArray,
     OptionError,
     Sampler,
     frozen_array,
     params_parser,
 )
-from kameleon.core.kernel_hmc import KMCParams, KMCState
-from kameleon.core.memory import preconditioning_floats
-from kameleon.core.preconditioning import Preconditioner
-from kameleon.core.reservoir import reservoir_update
-from kameleon.core.rng import Stream, generator
-from kameleon.core.score_matching import LiteSurrogate, fit_lite
-from kameleon.core.serialization import register
+from kameleon.core.kernels import kernel_hmc
+from kameleon.core.kernels.kernel_hmc import KMCParams, KMCState
+from kameleon.core.kernels.score_matching import LiteSurrogate, fit_lite
+from kameleon.core.numerics.rng import Stream, generator
+from kameleon.core.tuning import preconditioning
+from kameleon.core.tuning.preconditioning import Preconditioner
+from kameleon.core.tuning.reservoir import reservoir_update
 
 __all__ = [
     "NAME",
@@ -65,7 +66,7 @@ NAME = "kmc-lite"
 
 @dataclass(frozen=True, slots=True)
 class Params(KMCParams):
-    """Options of KMC lite: those of :class:`core.kernel_hmc.KMCParams` and
+    """Options of KMC lite: those of :class:`core.kernels.kernel_hmc.KMCParams` and
 
     Attributes
     ----------
@@ -78,7 +79,7 @@ class Params(KMCParams):
     regularization
         Relative ridge ``r`` of the fit: ``lam = r tr(C) / n`` in
         ``alpha = -(sigma/2)(C + lam (K + I))^-1 b`` (default 0.03; see
-        :func:`core.score_matching.fit_lite`).
+        :func:`core.kernels.score_matching.fit_lite`).
     """
 
     num_centres: int = 250
@@ -99,7 +100,7 @@ class Params(KMCParams):
 @dataclass(frozen=True, slots=True)
 class State(KMCState):
     """A KMC lite chain (the shared fields are those of
-    :class:`core.kernel_hmc.KMCState`).
+    :class:`core.kernels.kernel_hmc.KMCState`).
 
     Attributes
     ----------
@@ -198,7 +199,7 @@ def _fit(state: State, params: Params, rng: np.random.Generator) -> State:
 
 
 def _remap(state: State, params: KMCParams, old: Preconditioner) -> State:
-    """The map changed in warm-up (:func:`core.preconditioning.learn`): the reservoir,
+    """The map changed in warm-up (:func:`core.tuning.preconditioning.learn`): the reservoir,
     kept whitened, is whitened by the new map instead, and a fitted surrogate is
     refitted on it at once (the old fit is a function of the old coordinates)."""
     assert isinstance(params, Params) and state.preconditioner is not None
@@ -213,12 +214,12 @@ def _remap(state: State, params: KMCParams, old: Preconditioner) -> State:
     return refitted
 
 
-#: ``ask(state, params)`` and ``tell(state, params, proposal, logdensity)`` (core.base).
+#: ``ask(state, params)`` and ``tell(state, params, proposal, logdensity)`` (core.interface.sampler).
 ask, tell = kernel_hmc.variant(_surrogate, _collect, _remap)
 
 
 def chain_floats(dim: int, params: Params) -> int:
-    """The floats one chain keeps and works with, at most (:mod:`core.memory`): the
+    """The floats one chain keeps and works with, at most (:mod:`core.interface.memory`): the
     reservoir of centres, the n x n kernel matrix and its factor during a refit, and the
     preconditioning's."""
     n = int(params.num_centres)

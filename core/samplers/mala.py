@@ -11,11 +11,11 @@ at ``x*`` too: so the correction is computed when ``x*``'s log density and gradi
 told, not when it is asked (Roberts and Tweedie 1996; Roberts and Rosenthal 1998, whose
 optimal acceptance rate in high dimension, 0.574, is the default target).
 
-Warm-up (:mod:`core.gradient_warmup`): the step size ``eps`` follows dual averaging
+Warm-up (:mod:`core.gradients.warmup`): the step size ``eps`` follows dual averaging
 toward ``target_acceptance``, and ``M`` is the covariance of the chain's positions in
 Stan's doubling windows (its diagonal by default; ``metric: "dense"`` for the whole
 matrix). One evaluation per transition (with its gradient), after the gradient check of
-the first chains (:mod:`core.gradient_check`).
+the first chains (:mod:`core.gradients.check`).
 """
 
 from __future__ import annotations
@@ -26,8 +26,20 @@ from typing import Any, Literal
 
 import numpy as np
 
-from kameleon.core.arithmetic import cholesky, dot, matvec, solve_lower
-from kameleon.core.base import (
+from kameleon.core.gradients.chain import (
+    check_gradient,
+    check_gradient_options,
+    new_gradient_fields,
+    tell_initial_gradient,
+)
+from kameleon.core.gradients.check import Check, check_ask, check_tell
+from kameleon.core.gradients.warmup import (
+    DualAveraging,
+    MetricWindow,
+    warmup_changes,
+)
+from kameleon.core.interface.codec import register
+from kameleon.core.interface.sampler import (
     ChainState,
     Evaluation,
     FloatArray,
@@ -38,20 +50,8 @@ from kameleon.core.base import (
     frozen_array,
     params_parser,
 )
-from kameleon.core.gradient_chain import (
-    check_gradient,
-    check_gradient_options,
-    new_gradient_fields,
-    tell_initial_gradient,
-)
-from kameleon.core.gradient_check import Check, check_ask, check_tell
-from kameleon.core.gradient_warmup import (
-    DualAveraging,
-    MetricWindow,
-    warmup_changes,
-)
-from kameleon.core.rng import Stream, generator
-from kameleon.core.serialization import register
+from kameleon.core.numerics.arithmetic import cholesky, dot, matvec, solve_lower
+from kameleon.core.numerics.rng import Stream, generator
 
 __all__ = [
     "NAME",
@@ -77,7 +77,7 @@ class Params:
     ----------
     step_size
         The first step size ``eps``; default: from the gradient at the initial point,
-        ``1 / |M^(1/2) g|`` (:func:`core.gradient_warmup.initial_step_size`).
+        ``1 / |M^(1/2) g|`` (:func:`core.gradients.warmup.initial_step_size`).
     target_acceptance
         What dual averaging aims the acceptance rate at during warm-up (default 0.574).
     adapt_step_size
@@ -167,7 +167,7 @@ def ask(state: State, params: Params) -> Proposal:
         )
     if not np.isfinite(point).all():
         # Overflowed (a step size or a gradient near the float range): stay put, as
-        # core.base.metropolis_ask does.
+        # core.interface.sampler.metropolis_ask does.
         point = state.position
     return Proposal(t, "proposal", point, 0.0, state.step)
 
@@ -218,7 +218,7 @@ def tell_gradient(
 
 
 def chain_floats(dim: int, params: Params) -> int:
-    """The floats one chain keeps and works with, at most (:mod:`core.memory`)."""
+    """The floats one chain keeps and works with, at most (:mod:`core.interface.memory`)."""
     # The vectors (position, gradient, the window's four, the proposal and its
     # temporaries), the matrices of a dense metric (metric, factor, window), and about
     # 40 floats' worth of scalars and field names in the stored document.

@@ -46,28 +46,15 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 import numpy.typing as npt
 
-from kameleon.core.arithmetic import exp1, log1
-from kameleon.core.base import (
-    ChainState,
-    Evaluation,
-    FloatArray,
-    OptionError,
-    Proposal,
-    Sampler,
-    StepInfo,
-    frozen_array,
-    params_parser,
-)
-from kameleon.core.gradient_chain import (
+from kameleon.core.gradients.chain import (
     WARMUP_COLD_FIELDS,
     check_gradient,
     check_gradient_options,
     new_gradient_fields,
     tell_initial_gradient,
 )
-from kameleon.core.gradient_check import Check, check_ask, check_tell
-from kameleon.core.gradient_warmup import DualAveraging, MetricWindow, warmup_changes
-from kameleon.core.hamiltonian import (
+from kameleon.core.gradients.check import Check, check_ask, check_tell
+from kameleon.core.gradients.hamiltonian import (
     DIVERGENCE,
     draw_momentum,
     half_momentum,
@@ -81,8 +68,21 @@ from kameleon.core.hamiltonian import (
     log_add_exp,
     turnings,
 )
-from kameleon.core.rng import Stream, generator, substream
-from kameleon.core.serialization import register
+from kameleon.core.gradients.warmup import DualAveraging, MetricWindow, warmup_changes
+from kameleon.core.interface.codec import register
+from kameleon.core.interface.sampler import (
+    ChainState,
+    Evaluation,
+    FloatArray,
+    OptionError,
+    Proposal,
+    Sampler,
+    StepInfo,
+    frozen_array,
+    params_parser,
+)
+from kameleon.core.numerics.arithmetic import exp1, log1
+from kameleon.core.numerics.rng import Stream, generator, substream
 
 __all__ = [
     "NAME",
@@ -223,9 +223,9 @@ class State(ChainState):
     evaluations
         Every evaluation told (initial point and gradient check included).
     check
-        The gradient check (:mod:`core.gradient_check`).
+        The gradient check (:mod:`core.gradients.check`).
     adapt, step_size, metric, window
-        The warm-up (:mod:`core.gradient_warmup`); ``metric`` is the inverse metric.
+        The warm-up (:mod:`core.gradients.warmup`); ``metric`` is the inverse metric.
     tree_depth, n_steps, diverging, divergences, energy
         Of the last transition: its doublings, its leapfrog steps, whether it
         diverged, the divergences after warm-up so far, the Hamiltonian at the draw
@@ -383,7 +383,7 @@ def ask(state: State, params: Params) -> Proposal:
 def ask_many(states: Sequence[State], params: Params) -> list[Proposal]:
     """``[ask(s, params) for s in states]``, bit for bit, with the leapfrog points of all
     the chains between two points of their trees computed at once
-    (:func:`core.hamiltonian.leapfrog_positions`)."""
+    (:func:`core.gradients.hamiltonian.leapfrog_positions`)."""
     out: list[Proposal | None] = [None] * len(states)
     moving: list[int] = []
     ends: list[Point] = []
@@ -449,8 +449,8 @@ def tell_gradient_many(
 ) -> list[tuple[State, StepInfo]]:
     """``[tell_gradient(s, params, p, v, g) for ...]``, bit for bit, with the leapfrog
     points' second half-steps, kinetic energies, momentum sums and U-turn tests of all
-    the chains computed at once (:func:`core.hamiltonian.leapfrog_momenta`,
-    :func:`~core.hamiltonian.kinetic_energies`, :func:`~core.hamiltonian.turnings`):
+    the chains computed at once (:func:`core.gradients.hamiltonian.leapfrog_momenta`,
+    :func:`~core.gradients.hamiltonian.kinetic_energies`, :func:`~core.gradients.hamiltonian.turnings`):
     what is left per chain is its tree's bookkeeping (:func:`_grow`, as the one-chain
     tell). Raises as the first failing per-chain tell would, and then tells nothing."""
     out: list[tuple[State, StepInfo] | None] = [None] * len(states)
@@ -837,7 +837,7 @@ def _stale(tree: Trajectory) -> Trajectory:
 
 
 def chain_floats(dim: int, params: Params) -> int:
-    """The floats one chain keeps and works with, at most (:mod:`core.memory`): the
+    """The floats one chain keeps and works with, at most (:mod:`core.interface.memory`): the
     position and gradient, the tree's four points (3 vectors each) and momentum sum,
     its ``3 max_tree_depth`` checkpoints, the metric window (4 vectors, and the
     positions' outer products for a dense metric), the metric, and the vectors and

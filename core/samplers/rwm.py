@@ -14,9 +14,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from kameleon.core.adaptation import adapt_probability, learning_rate, robbins_monro
-from kameleon.core.arithmetic import exp1, log1
-from kameleon.core.base import (
+from kameleon.core.interface.codec import register
+from kameleon.core.interface.sampler import (
     ChainState,
     FloatArray,
     OptionError,
@@ -28,7 +27,8 @@ from kameleon.core.base import (
     new_chain_fields,
     params_parser,
 )
-from kameleon.core.serialization import register
+from kameleon.core.numerics.arithmetic import exp1, log1
+from kameleon.core.tuning.adaptation import adapt_probability, learning_rate, robbins_monro
 
 __all__ = [
     "NAME",
@@ -127,7 +127,7 @@ def _adapt(
 
 
 def chain_floats(dim: int, params: Params) -> int:
-    """The floats one chain keeps and works with, at most (:mod:`core.memory`)."""
+    """The floats one chain keeps and works with, at most (:mod:`core.interface.memory`)."""
     return 8 * dim
 
 
@@ -141,6 +141,6 @@ SAMPLER: Sampler[State, Params] = Sampler(
     ask=ask,
     tell=tell,
     chain_floats=chain_floats,
-    # What tell hands to metropolis_tell: core.batch.tell_many steps many chains at once.
+    # What tell hands to metropolis_tell: core.running.batch.tell_many steps many chains at once.
     metropolis_adapt=_adapt,
 )

@@ -35,8 +35,8 @@ from typing import Any
 
 import numpy as np
 
-from kameleon.core.arithmetic import pow1
-from kameleon.core.base import (
+from kameleon.core.interface.codec import register
+from kameleon.core.interface.sampler import (
     ChainState,
     Evaluation,
     FloatArray,
@@ -49,8 +49,8 @@ from kameleon.core.base import (
     new_chain_fields,
     params_parser,
 )
-from kameleon.core.rng import Stream, generator
-from kameleon.core.serialization import register
+from kameleon.core.numerics.arithmetic import pow1
+from kameleon.core.numerics.rng import Stream, generator
 
 __all__ = [
     "NAME",
@@ -233,7 +233,7 @@ def tell_parts(
     with np.errstate(over="ignore", invalid="ignore"):
         drift = (0.5 * eps) * (g_prior + scale * g_lik)
         point = frozen_array(state.position + drift + math.sqrt(eps) * z)
-    if not np.isfinite(point).all():  # overflowed: stay put, as core.base does
+    if not np.isfinite(point).all():  # overflowed: stay put, as core.interface.sampler does
         new = state.evolve(logdensity=value, iteration=t, step_size=eps)
         return new, StepInfo(t, "rejected", 0.0, warm)
     new = state.evolve(
@@ -247,7 +247,7 @@ def tell_parts(
 
 
 def chain_floats(dim: int, params: Params) -> int:
-    """The floats one chain keeps and works with, at most (:mod:`core.memory`): the
+    """The floats one chain keeps and works with, at most (:mod:`core.interface.memory`): the
     position, the two gradients, the noise and the drift's temporaries, the minibatch's
     indices, and about 40 floats' worth of scalars and field names."""
     return 40 + 8 * dim + batch_size(params)

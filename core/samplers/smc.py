@@ -60,7 +60,7 @@ before are the reference's). After warm-up nothing adapts or resamples: every pa
 is an exact random-walk Metropolis chain for the target, with a fixed proposal, and the
 chain's draw at iteration ``t`` is particle ``t mod N``'s state after its move (the
 record's ``ensemble_size``). The assessment reads each chain's population as a whole
-(the record's ``population``, :mod:`core.population`): a particle need not mix on its
+(the record's ``population``, :mod:`core.diagnostics.population`): a particle need not mix on its
 own, and on separated modes never leaves the one it sits in, while the population
 carries each mode with its weight; R-hat compares the chains' populations.
 
@@ -69,16 +69,16 @@ mode the prior's normaliser times the marginal likelihood): each chain's estimat
 sum of its stages' ``log sum W w`` (in the likelihood mode with the starting weights'
 ``log mean w``), the log of an estimate of ``Z`` that is unbiased for fixed
 temperatures (the adaptive ones, chosen from the same particles, add a small bias).
-:func:`core.smc_evidence.chain_evidence` takes the log of the mean of the chains' ``Z``,
+:func:`core.populations.smc_evidence.chain_evidence` takes the log of the mean of the chains' ``Z``,
 and its standard error by the delta method. The mean of the chains' ``log Z`` would be biased low by about
 half a chain's variance of ``log Z``; the log of their mean is biased low by
 ``1 / chains`` of it. A chain's variance of ``log Z`` is small when its moves mix the
 population well at every stage, and grows fast when they do not (a population whose
 covariance spans separated modes, too few moves for the dimension): chains whose
 estimates disagree so much that a few of them carry the mean warn
-``evidence_unreliable`` (:mod:`core.smc_evidence`). The arithmetic of the weights
+``evidence_unreliable`` (:mod:`core.populations.smc_evidence`). The arithmetic of the weights
 (the conditional effective sample size, the next step by bisection, systematic
-resampling) is :mod:`core.annealing`'s.
+resampling) is :mod:`core.populations.annealing`'s.
 """
 
 from __future__ import annotations
@@ -89,18 +89,8 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from kameleon.core import arithmetic
-from kameleon.core.adaptation import usable_covariance
-from kameleon.core.annealing import (
-    conditional_ess,
-    increment,
-    log_mean_exp,
-    next_delta,
-    normalised,
-    systematic_resample,
-)
-from kameleon.core.arithmetic import exp1, log1, matvec
-from kameleon.core.base import (
+from kameleon.core.interface.codec import register
+from kameleon.core.interface.sampler import (
     ChainState,
     FloatArray,
     OptionError,
@@ -113,17 +103,27 @@ from kameleon.core.base import (
     new_chain_fields,
     params_parser,
 )
-from kameleon.core.linalg import jittered_cholesky
-from kameleon.core.rng import Stream, generator
-from kameleon.core.serialization import register
-from kameleon.core.smc_evidence import evidence_of
-from kameleon.core.tempered import (
+from kameleon.core.numerics import arithmetic
+from kameleon.core.numerics.arithmetic import exp1, log1, matvec
+from kameleon.core.numerics.linalg import jittered_cholesky
+from kameleon.core.numerics.rng import Stream, generator
+from kameleon.core.populations.annealing import (
+    conditional_ess,
+    increment,
+    log_mean_exp,
+    next_delta,
+    normalised,
+    systematic_resample,
+)
+from kameleon.core.populations.smc_evidence import evidence_of
+from kameleon.core.populations.tempered import (
     log_reference,
     parts_value,
     pseudo_marginal_refusal,
     reference_split,
     split_parts,
 )
+from kameleon.core.tuning.adaptation import usable_covariance
 
 __all__ = [
     "NAME",
@@ -336,7 +336,7 @@ def ask(state: State, params: Params) -> Proposal:
 
 
 def round_size(state: State, params: Params) -> int:
-    """The rest of the chain's round (:mod:`core.rounds`): the rest of the sweep (each
+    """The rest of the chain's round (:mod:`core.populations.rounds`): the rest of the sweep (each
     particle moves on its own, with the stage's proposal; a stage ends only at a
     sweep's end), and in warm-up not past its last transition (which may end a stage)."""
     t = state.iteration + 1
@@ -699,7 +699,7 @@ def needs_parts(params: Params) -> bool:
 
 
 def chain_floats(dim: int, params: Params) -> int:
-    """The floats one chain keeps and works with, at most (:mod:`core.memory`): the
+    """The floats one chain keeps and works with, at most (:mod:`core.interface.memory`): the
     population and its told values, weights and log likelihoods, twice (before and
     after a resampling), and the proposal's factor and the covariance."""
     n = params.particles
@@ -707,7 +707,7 @@ def chain_floats(dim: int, params: Params) -> int:
 
 
 def population_inflation(params: Params) -> float:
-    """``kappa`` of the assessment's population reading (:mod:`core.population`):
+    """``kappa`` of the assessment's population reading (:mod:`core.diagnostics.population`):
     ``2 / ess_fraction``. Each stage resamples a population whose conditional effective
     sample size is ``ess_fraction N``, and the stages compound; measured on separated
     modes, the variance of a chain's share of a mode was 1.6 to 4.1 times that of ``N``

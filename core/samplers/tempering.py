@@ -12,7 +12,7 @@ log evidence by stepping stones.
   ``ref = N(reference_mean, reference_sd^2 I)``: ``a = log ref``,
   ``l = log pi - log ref``, ``pi_beta ∝ ref^(1 - beta) pi^beta``. Its defaults (mean 0,
   sd 2) are the box that starting points are drawn from when none is given
-  (:data:`core.initial.DEFAULT_RADIUS`); give the session's centre and a scale at least
+  (:data:`core.running.initial.DEFAULT_RADIUS`); give the session's centre and a scale at least
   the target's when the target lies elsewhere.
 
 **A transition** makes one random-walk Metropolis step on every rung, hottest first,
@@ -33,7 +33,7 @@ al. 2021, Algorithm 4): at the end of each window the rejection rates ``r_i`` of
 pairs (averaged over the window, every pair's swap probability counted at every
 transition) give the communication barrier ``Lambda``, piecewise linear in ``log beta``,
 and the new ladder divides it evenly. ``beta_0 = 1`` and ``beta_{K-1}`` stay where
-they are. The windows are ``am``'s (:func:`core.windows.window_ends`); the last one
+they are. The windows are ``am``'s (:func:`core.tuning.windows.window_ends`); the last one
 (from ``warmup / 2``) tunes the scales alone, to the covariances and the ladder the chain
 keeps. After warm-up nothing adapts: the chain is an exact Markov chain for the product
 of the rungs' targets, whose cold marginal is the target.
@@ -61,10 +61,8 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from kameleon.core import arithmetic
-from kameleon.core.adaptation import learning_rate, robbins_monro, usable_covariance
-from kameleon.core.arithmetic import exp1, log1, matvec, pow1
-from kameleon.core.base import (
+from kameleon.core.interface.codec import register
+from kameleon.core.interface.sampler import (
     ChainState,
     FloatArray,
     OptionError,
@@ -76,18 +74,20 @@ from kameleon.core.base import (
     new_chain_fields,
     params_parser,
 )
-from kameleon.core.linalg import jittered_cholesky
-from kameleon.core.rng import Stream, generator, substream
-from kameleon.core.serialization import register
-from kameleon.core.stepping_stones import evidence_of
-from kameleon.core.tempered import (
+from kameleon.core.numerics import arithmetic
+from kameleon.core.numerics.arithmetic import exp1, log1, matvec, pow1
+from kameleon.core.numerics.linalg import jittered_cholesky
+from kameleon.core.numerics.rng import Stream, generator, substream
+from kameleon.core.populations.stepping_stones import evidence_of
+from kameleon.core.populations.tempered import (
     needs_parts,
     parts_value,
     pseudo_marginal_refusal,
     reference_split,
     split_parts,
 )
-from kameleon.core.windows import window_ends
+from kameleon.core.tuning.adaptation import learning_rate, robbins_monro, usable_covariance
+from kameleon.core.tuning.windows import window_ends
 
 __all__ = [
     "NAME",
@@ -292,7 +292,7 @@ def _kind(state: State, params: Params) -> Literal["proposal", "tempered"]:
 
 
 def round_size(state: State, params: Params) -> int:
-    """The rest of the chain's round (:mod:`core.rounds`): the rest of the transition's
+    """The rest of the chain's round (:mod:`core.populations.rounds`): the rest of the transition's
     rungs (each steps on its own; the swaps come after the last)."""
     return params.temperatures - state.step
 
@@ -561,7 +561,7 @@ def adapt_ladder(betas: FloatArray, rejection: FloatArray) -> FloatArray:
 
 
 def chain_floats(dim: int, params: Params) -> int:
-    """The floats one chain keeps and works with, at most (:mod:`core.memory`): per
+    """The floats one chain keeps and works with, at most (:mod:`core.interface.memory`): per
     rung its state, mean, window sums, covariance and the proposal's factor, and the
     ladder's and stones' sums."""
     k = params.temperatures

@@ -13,7 +13,7 @@
 
 :class:`SessionService` is what the routes call. The use cases raise their own errors
 (:mod:`.errors`); the HTTP edge maps them to answers. This package is the only place
-that knows both the sampler interface (``core.base``) and the store (``store.base``).
+that knows both the sampler interface (``core.interface.sampler``) and the store (``store.base``).
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ _GIVEN = "given"
 #: Key of the encoded hot state that holds the revision of the session's metadata the
 #: state was written under (absent: 0, the metadata it was created with).
 _REVISION = "revision"
-#: Keys of the encoded hot state of a chain with rounds (:mod:`kameleon.core.rounds`):
+#: Keys of the encoded hot state of a chain with rounds (:mod:`kameleon.core.populations.rounds`):
 #: the results told ahead of the chain's outstanding evaluation, kept until those before
 #: them are told, and the leases of its round's evaluations handed out.
 _HELD = "held"
@@ -129,7 +129,7 @@ class ChainView:
     revision: int = 0
     #: The objects of ``state`` and their encodings, when this process wrote it: the
     #: next write encodes only what its transition changed
-    #: (:func:`kameleon.core.serialization.encode`).
+    #: (:func:`kameleon.core.interface.codec.encode`).
     encoded: Memo | None = field(default=None, compare=False, repr=False)
     #: A chain with rounds: results told ahead of its outstanding evaluation, in order,
     #: and the leases of its round's evaluations handed out and not told.
@@ -172,7 +172,7 @@ def encode_state(
     """The stored hot part (with the mark of a chain given a point by a reset, the
     metadata's ``revision`` and a round's ``held`` results and ``leases``) and, when
     ``with_cold``, the cold part. ``memo`` and ``kept``: see
-    :func:`kameleon.core.serialization.encode`."""
+    :func:`kameleon.core.interface.codec.encode`."""
     hot_doc, cold_doc = encode(state, with_cold=with_cold, memo=memo, kept=kept)
     if given:
         hot_doc[_GIVEN] = True
@@ -295,7 +295,7 @@ class Chains:
 
     def proposals(self, meta: SessionMeta, chains: Sequence[ChainView]) -> list[Proposal]:
         """:meth:`proposal` of each of ``chains``: those not computed yet are asked in
-        one batched ask (:func:`core.batch.ask_many`, the same proposals); when that
+        one batched ask (:func:`core.running.batch.ask_many`, the same proposals); when that
         fails, chain by chain, so that the failure names its chain."""
         known = [self.outstanding(meta, ch) for ch in chains]
         asking = [ch for ch, p in zip(chains, known, strict=True) if p is None]

@@ -2,7 +2,7 @@
 
 Each session sampled the subposterior of one shard of a data set (its prior raised to
 1/J: ``prior_power``, or by the client); their post-warm-up draws, all chains, are
-combined by :mod:`core.consensus`. Sessions may have run on any process that shares the
+combined by :mod:`core.populations.consensus`. Sessions may have run on any process that shares the
 store. Nothing is stored: the answer is computed from the draws as they are.
 """
 

@@ -11,7 +11,7 @@ One way in, three steps:
    ``history``). A chain moves at most once per request: the proposal after a
    transition is issued by no one until it is handed out.
 2. :func:`transition` makes every chain's transition in one batched tell
-   (:func:`core.batch.tell_many`, which steps chain by chain where a sampler cannot
+   (:func:`core.running.batch.tell_many`, which steps chain by chain where a sampler cannot
    batch); a sampler that fails is named by its chain.
 3. :func:`decide` turns each chain's transition into the write to make
    (:class:`ChainPlan`).
@@ -61,7 +61,7 @@ __all__ = [
 class Told(NamedTuple):
     """One told result: its place in the request, its proposal id, its value, its
     gradient for a sampler that needs one, the target's parts for a sampler told
-    them (``sgld``; :class:`core.base.Evaluation`), and the client's draw at a
+    them (``sgld``; :class:`core.interface.sampler.Evaluation`), and the client's draw at a
     conditional proposal (``gibbs``)."""
 
     at: int

@@ -174,7 +174,7 @@ def crossed(meta: SessionMeta, iteration: int) -> int:
 
 
 def _statistics(parameter: dict[str, Any]) -> Any:
-    """A parameter's diagnostics as :func:`core.diagnostics.summarize` gives them: NaN
+    """A parameter's diagnostics as :func:`core.diagnostics.summary.summarize` gives them: NaN
     for null (undefined, or an unbounded R-hat, which fails a rule all the same)."""
     return {k: math.nan if v is None else v for k, v in parameter.items()}
 

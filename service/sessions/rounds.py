@@ -1,4 +1,4 @@
-"""Chains with rounds (:mod:`kameleon.core.rounds`): a round's evaluations handed out
+"""Chains with rounds (:mod:`kameleon.core.populations.rounds`): a round's evaluations handed out
 together, each under a lease of its own, their results taken in any order and applied
 in the chain's.
 

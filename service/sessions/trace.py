@@ -5,11 +5,11 @@ run keep the same draws until the stride doubles; the rows between the kept ones
 never read (:meth:`Store.read_draws_strided`).
 
 A sampler whose chain is an ensemble of walkers recorded in turn (``ensemble``,
-``smc``'s particles: :attr:`core.base.Sampler.ensemble_size`) has its running R-hat and
-ESS computed as its diagnostics are (:mod:`core.assess`), on each walker's whole sweeps
+``smc``'s particles: :attr:`core.interface.sampler.Sampler.ensemble_size`) has its running R-hat and
+ESS computed as its diagnostics are (:mod:`core.diagnostics.assess`), on each walker's whole sweeps
 from the first sweep of moves after warm-up, read walker by walker with a stride of a
 power of two sweeps: each walker as a chain of its own (``ensemble``), or each chain's
-population as a whole (``smc``, :mod:`core.population`). Read interleaved, as one
+population as a whole (``smc``, :mod:`core.diagnostics.population`). Read interleaved, as one
 chain, the walkers' draws would hide the correlation of each walker's and overstate
 the ESS.
 """
@@ -180,7 +180,7 @@ def _statistic(meta: SessionMeta, w: int) -> Statistic:
     """R-hat and bulk ESS of one parameter's kept draws, ``(chains, draws)``, as the
     session's diagnostics compute them: of chains, or of ``w`` walkers per chain (rows
     chain by chain), or of a population per chain, read as a whole
-    (:mod:`core.population`)."""
+    (:mod:`core.diagnostics.population`)."""
     population = meta.sampler.population
     if w > 1 and population is not None:
         kappa = population(meta.params)

@@ -278,10 +278,10 @@ def test_client_says_so_when_nothing_is_after_warm_up(
 
 
 def test_client_defaults_are_the_shared_ones() -> None:
-    """Every client documents and uses the defaults of core/defaults.py."""
-    from kameleon.core.defaults import CHAINS as chains
-    from kameleon.core.defaults import ITERATIONS as iterations
-    from kameleon.core.defaults import WARMUP as warmup
+    """Every client documents and uses the defaults of core/interface/defaults.py."""
+    from kameleon.core.interface.defaults import CHAINS as chains
+    from kameleon.core.interface.defaults import ITERATIONS as iterations
+    from kameleon.core.interface.defaults import WARMUP as warmup
 
     sources = {
         "bash": CLIENTS / "bash" / "banana.sh",

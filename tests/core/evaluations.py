@@ -1,6 +1,6 @@
 """Told results for any sampler in tests: a log density alone, or with its gradient for
 a sampler that needs one, or in parts for one told them (``sgld``; see
-:class:`kameleon.core.base.Evaluation`).
+:class:`kameleon.core.interface.sampler.Evaluation`).
 
 A target told in parts is a model of one datum (``data_size`` 1, :data:`OPTIONS`): its
 "log prior" is the log density and its log likelihood 0, so the told value, the estimate
@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from kameleon.core.base import Parts, Proposal, Sampler, StepInfo, tell_one
+from kameleon.core.interface.sampler import Parts, Proposal, Sampler, StepInfo, tell_one
 
 __all__ = ["OPTIONS", "for_sampler", "numeric_gradient", "options", "tell"]
 

@@ -8,14 +8,14 @@ import math
 import numpy as np
 import pytest
 
-from kameleon.core.adaptation import Welford
-from kameleon.core.base import OptionError
-from kameleon.core.diagnostics import mcse_mean, per_parameter
-from kameleon.core.linalg import jittered_cholesky
-from kameleon.core.run import run_chain
+from kameleon.core.diagnostics.summary import mcse_mean, per_parameter
+from kameleon.core.interface.codec import encode
+from kameleon.core.interface.sampler import OptionError
+from kameleon.core.numerics.linalg import jittered_cholesky
+from kameleon.core.running.inprocess import run_chain
 from kameleon.core.samplers import am
-from kameleon.core.serialization import encode
-from kameleon.core.targets import Gaussian
+from kameleon.core.tuning.adaptation import Welford
+from kameleon.core.validation.targets import Gaussian
 
 TARGET = Gaussian([1.0, -1.0, 0.5], [[2.0, 1.2, 0.3], [1.2, 1.5, -0.4], [0.3, -0.4, 0.8]])
 

@@ -1,4 +1,4 @@
-"""``core.batch``: many chains stepped together equal the chains stepped one by one, bit
+"""``core.running.batch``: many chains stepped together equal the chains stepped one by one, bit
 for bit, for every sampler, over runs that cross warm-up and its window ends, with
 chains at different iterations in one batch, initial points told ``-inf`` and proposals
 outside the support."""
@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from kameleon.core import SAMPLERS
-from kameleon.core.base import Proposal, Sampler, StepInfo, reset
-from kameleon.core.batch import ARRAY_PHILOX_MIN, accept_block, ask_many, tell_many
-from kameleon.core.rng import Stream, generator
+from kameleon.core.interface.sampler import Proposal, Sampler, StepInfo, reset
+from kameleon.core.numerics.rng import Stream, generator
+from kameleon.core.running.batch import ARRAY_PHILOX_MIN, accept_block, ask_many, tell_many
 from kameleon.core.samplers import am, nuts, rwm
 from tests.core.test_interface import _assert_identical
 

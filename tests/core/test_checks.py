@@ -1,4 +1,4 @@
-"""Convergence warnings and the stopping rule (core/checks.py), and sample() using them."""
+"""Convergence warnings and the stopping rule (core/diagnostics/findings.py), and sample() using them."""
 
 from __future__ import annotations
 
@@ -8,10 +8,16 @@ import warnings
 import numpy as np
 import pytest
 
-from kameleon.core import checks
-from kameleon.core.checks import CODES, Finding, SamplingWarning, StopRule, check
-from kameleon.core.diagnostics import chain_mean_z, summarize
-from kameleon.core.run import sample
+from kameleon.core.diagnostics import findings as checks
+from kameleon.core.diagnostics.findings import (
+    CODES,
+    Finding,
+    SamplingWarning,
+    StopRule,
+    check,
+)
+from kameleon.core.diagnostics.summary import chain_mean_z, summarize
+from kameleon.core.running.inprocess import sample
 
 NAMES = ["a", "b"]
 

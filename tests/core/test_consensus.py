@@ -1,4 +1,4 @@
-"""Consensus Monte Carlo's two rules (core.consensus): exact on Gaussian subposteriors,
+"""Consensus Monte Carlo's two rules (core.populations.consensus): exact on Gaussian subposteriors,
 clear errors on shards that cannot be combined, and the shape check that says when a
 shard is not Gaussian."""
 
@@ -9,7 +9,7 @@ import re
 import numpy as np
 import pytest
 
-from kameleon.core.consensus import (
+from kameleon.core.populations.consensus import (
     ConsensusError,
     combine,
     gaussian_product,

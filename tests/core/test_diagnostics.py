@@ -1,4 +1,4 @@
-"""Tests of core.diagnostics: against ArviZ, against analytic values, and on edge cases."""
+"""Tests of core.diagnostics.summary: against ArviZ, against analytic values, and on edge cases."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from kameleon.core import diagnostics
-from kameleon.core.base import FloatArray
+from kameleon.core.diagnostics import summary as diagnostics
+from kameleon.core.interface.sampler import FloatArray
 
 with warnings.catch_warnings():
     # ArviZ 0.23 announces its 1.0 refactor with a FutureWarning on import.

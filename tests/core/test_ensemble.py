@@ -13,13 +13,13 @@ import pytest
 from scipy import stats
 
 from kameleon.core import SAMPLERS
-from kameleon.core.assess import autocorrelation_times
-from kameleon.core.autocorr import by_walker, integrated_time
-from kameleon.core.base import OptionError
-from kameleon.core.run import assess_results, run_chain, sample_chains
+from kameleon.core.diagnostics.assess import autocorrelation_times
+from kameleon.core.diagnostics.autocorr import by_walker, integrated_time
+from kameleon.core.interface.codec import decode, encode
+from kameleon.core.interface.sampler import OptionError
+from kameleon.core.running.inprocess import assess_results, run_chain, sample_chains
 from kameleon.core.samplers import ensemble
-from kameleon.core.serialization import decode, encode
-from kameleon.core.targets import Gaussian, PseudoMarginal
+from kameleon.core.validation.targets import Gaussian, PseudoMarginal
 
 SAMPLER = SAMPLERS["ensemble"]
 TARGET = Gaussian([0.5, -1.0, 0.0], [[1.0, 0.5, 0.0], [0.5, 2.0, 0.3], [0.0, 0.3, 0.5]])

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from kameleon.core import SAMPLERS
-from kameleon.core.base import OptionError, tell_one
-from kameleon.core.diagnostics import ess_mean, per_parameter
-from kameleon.core.rng import Stream, generator, substream
-from kameleon.core.run import run_chain, sample_chains
+from kameleon.core.diagnostics.summary import ess_mean, per_parameter
+from kameleon.core.interface.sampler import OptionError, tell_one
+from kameleon.core.numerics.rng import Stream, generator, substream
+from kameleon.core.running.inprocess import run_chain, sample_chains
 from kameleon.core.samplers import gibbs
 
 SAMPLER = SAMPLERS["gibbs"]

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 from scipy import optimize, special, stats
 
-from kameleon.core.checks import SamplingWarning
-from kameleon.core.diagnostics import ess_bulk, mcse_mean, per_parameter
-from kameleon.core.run import sample_chains
-from kameleon.core.validation import cases
+from kameleon.core.diagnostics.findings import SamplingWarning
+from kameleon.core.diagnostics.summary import ess_bulk, mcse_mean, per_parameter
+from kameleon.core.running.inprocess import sample_chains
+from kameleon.core.validation.suite import cases
 
 # --------------------------------------------------------------------------- logistic
 

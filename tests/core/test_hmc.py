@@ -11,12 +11,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kameleon.core.base import OptionError, Proposal, StepInfo, tell_one
-from kameleon.core.diagnostics import mcse_mean
-from kameleon.core.gradient_check import GradientMismatch
-from kameleon.core.run import run_chain
+from kameleon.core.diagnostics.summary import mcse_mean
+from kameleon.core.gradients.check import GradientMismatch
+from kameleon.core.interface.codec import decode, encode
+from kameleon.core.interface.sampler import OptionError, Proposal, StepInfo, tell_one
+from kameleon.core.running.inprocess import run_chain
 from kameleon.core.samplers import hmc
-from kameleon.core.serialization import decode, encode
 
 Fn = Callable[[Any], tuple[float, Any]]
 
@@ -304,7 +304,7 @@ def test_a_small_step_accepting_almost_always_is_not_a_warning() -> None:
     after warm-up accepts 0.89 to 0.94 on Gaussians. The same acceptance from ``rwm``
     (a fixed step of 0.01 on a unit Gaussian) still warns."""
     from kameleon.core import SAMPLERS
-    from kameleon.core.run import assess_results, sample_chains
+    from kameleon.core.running.inprocess import assess_results, sample_chains
 
     def normal(x: np.ndarray) -> tuple[float, np.ndarray]:
         return -0.5 * float(x @ x), -x

@@ -1,4 +1,4 @@
-"""Importance sampling (core.samplers.importance, core.evidence, core.assess): the
+"""Importance sampling (core.samplers.importance, core.populations.evidence, core.diagnostics.assess): the
 evidence of targets whose normalising constant is known, with an error bar that covers
 it; every mode of a separated mixture with its weight; warnings where the weights say
 the estimates are unreliable; the per-draw log weights."""
@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from kameleon.core import SAMPLERS
-from kameleon.core.evidence import evidence, pareto_k
-from kameleon.core.run import assess_results, sample_chains
+from kameleon.core.populations.evidence import evidence, pareto_k
+from kameleon.core.running.inprocess import assess_results, sample_chains
 from kameleon.core.samplers import importance
 
 SAMPLER = SAMPLERS["importance"]
@@ -151,7 +151,7 @@ def test_a_stopping_rule_is_refused() -> None:
     [({"dof": 0}, "dof"), ({"inflation": 0.5}, "inflation"), ({"initial_scale": -1}, "")],
 )
 def test_bad_options_are_refused(options: dict[str, float], name: str) -> None:
-    from kameleon.core.base import OptionError
+    from kameleon.core.interface.sampler import OptionError
 
     with pytest.raises(OptionError):
         SAMPLER.make_params(2, options, warmup=10)
@@ -182,7 +182,7 @@ def test_evidence_of_known_weights() -> None:
 def test_modes_found_by_one_chain_alone_warn() -> None:
     # Good and Turing: the share of chains that found a mode alone estimates the mass
     # of modes that none found.
-    from kameleon.core.assess import mode_findings
+    from kameleon.core.diagnostics.assess import mode_findings
 
     assert mode_findings([[0, 1, 2, 3]], 4) == []
     assert mode_findings([[0, 1], [2, 3]], 4) == []
@@ -213,7 +213,7 @@ def test_the_eggbox_says_that_it_missed_modes() -> None:
 def test_a_draw_beyond_every_proposal_weighs_the_most_not_infinitely() -> None:
     # A draw so far in the tails that every proposal's density underflows: its weight is
     # the largest finite one, and the assessment warns instead of failing.
-    from kameleon.core.assess import assess
+    from kameleon.core.diagnostics.assess import assess
 
     f, _, _, _ = _gaussian(2, 8)
     results = sample_chains(
@@ -239,8 +239,8 @@ def test_a_draw_beyond_every_proposal_weighs_the_most_not_infinitely() -> None:
 def test_the_weights_need_a_hundred_effective_draws_per_chain() -> None:
     """The bar of a Markov chain's ESS: 100 effective draws per chain, so 135 is enough
     for one proposal and not for four."""
-    from kameleon.core.assess import importance_findings
-    from kameleon.core.evidence import Evidence
+    from kameleon.core.diagnostics.assess import importance_findings
+    from kameleon.core.populations.evidence import Evidence
 
     ev = Evidence(log_evidence=0.0, standard_error=0.1, ess=135.0, pareto_k=0.3, draws=20_000)
     assert importance_findings(ev, 1) == []
@@ -257,7 +257,7 @@ def test_a_poor_fit_on_the_bent_banana_warns() -> None:
     the truth), the weights' Pareto k stays under 0.7 because no draw lands where the
     weights would be large, and the weights' ESS, 135 of 20 000, passed a bar of 100
     for the whole session. A hundred per chain catches it."""
-    from kameleon.core.validation import cases, run_case
+    from kameleon.core.validation.suite import cases, run_case
 
     (case,) = [c for c in cases() if c.name == "banana-B(0.1,100)-8d"]
     result = run_case(case, "importance", chains=4, warmup=5000, iterations=5000, seed=1)

@@ -16,11 +16,11 @@ import numpy as np
 import pytest
 
 from kameleon.core import SAMPLERS
-from kameleon.core.adaptation import MAX_VARIANCE, Welford
-from kameleon.core.base import Proposal, frozen_array, metropolis_accept
-from kameleon.core.checks import DRIFT_MAGNITUDE, Finding, check
-from kameleon.core.run import sample_chains
+from kameleon.core.diagnostics.findings import DRIFT_MAGNITUDE, Finding, check
+from kameleon.core.interface.sampler import Proposal, frozen_array, metropolis_accept
+from kameleon.core.running.inprocess import sample_chains
 from kameleon.core.samplers import am
+from kameleon.core.tuning.adaptation import MAX_VARIANCE, Welford
 from tests.core.evaluations import OPTIONS, tell
 
 ALGORITHMS = sorted(SAMPLERS)

@@ -1,4 +1,4 @@
-"""Over-dispersed starting points (:mod:`core.initial`) and how the in-process runner uses
+"""Over-dispersed starting points (:mod:`core.running.initial`) and how the in-process runner uses
 them."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from kameleon.core import SAMPLERS
-from kameleon.core.base import FloatArray
-from kameleon.core.initial import DEFAULT_MAX_ATTEMPTS, initial_point, redraw, start_radius
-from kameleon.core.run import run_chain, sample
+from kameleon.core.interface.sampler import FloatArray
+from kameleon.core.running.initial import DEFAULT_MAX_ATTEMPTS, initial_point, redraw, start_radius
+from kameleon.core.running.inprocess import run_chain, sample
 from tests.core.evaluations import for_sampler, options
 
 DIM = 3

@@ -1,4 +1,4 @@
-"""The ask/tell contract of :mod:`core.base`, checked for every sampler in ``SAMPLERS``."""
+"""The ask/tell contract of :mod:`core.interface.sampler`, checked for every sampler in ``SAMPLERS``."""
 
 from __future__ import annotations
 
@@ -17,10 +17,10 @@ import numpy as np
 import pytest
 
 from kameleon.core import SAMPLERS, samplers
-from kameleon.core.base import OptionError, Proposal, reset
-from kameleon.core.run import run_chain, sample
-from kameleon.core.serialization import decode, encode
-from kameleon.core.targets import Gaussian
+from kameleon.core.interface.codec import decode, encode
+from kameleon.core.interface.sampler import OptionError, Proposal, reset
+from kameleon.core.running.inprocess import run_chain, sample
+from kameleon.core.validation.targets import Gaussian
 from tests.core.evaluations import for_sampler, options, tell
 
 TARGET = Gaussian([0.5, -1.0, 0.0], [[1.0, 0.5, 0.0], [0.5, 2.0, 0.3], [0.0, 0.3, 0.5]])

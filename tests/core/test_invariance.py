@@ -6,7 +6,7 @@ the true ones, within 5 Monte Carlo standard errors plus a floor of 1% of the sc
 
 The standard error of the average of ``f(x)`` is ``sd(f) / sqrt(ESS)``: the effective
 sample size comes from the chains' autocorrelations
-(:func:`core.diagnostics.ess_mean`, split chains), and ``sd(f)`` is the target's, computed from
+(:func:`core.diagnostics.summary.ess_mean`, split chains), and ``sd(f)`` is the target's, computed from
 exact draws. With the chains' own ``sd(f)`` a heavy-tailed ``f`` (``y_2^2`` of the
 banana, whose arms a random walk visits rarely) gives errors and standard errors that
 are both too small together, and skewed z-scores. 5 standard errors make a false alarm
@@ -26,10 +26,10 @@ import numpy as np
 import pytest
 
 from kameleon.core import SAMPLERS
-from kameleon.core.autocorr import by_walker
-from kameleon.core.diagnostics import ess_mean, per_parameter
-from kameleon.core.run import run_chain
-from kameleon.core.targets import Banana, Gaussian
+from kameleon.core.diagnostics.autocorr import by_walker
+from kameleon.core.diagnostics.summary import ess_mean, per_parameter
+from kameleon.core.running.inprocess import run_chain
+from kameleon.core.validation.targets import Banana, Gaussian
 from tests.core.evaluations import for_sampler
 
 pytestmark = pytest.mark.slow  # statistical: long chains of every sampler

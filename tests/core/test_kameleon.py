@@ -16,13 +16,13 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from kameleon.core import kamh_proposal
-from kameleon.core.base import FloatArray, OptionError, Proposal, frozen_array
-from kameleon.core.preconditioning import PRECONDITIONING_COLD_FIELDS
-from kameleon.core.reservoir import reservoir_update
-from kameleon.core.rkhs import median_bandwidth
+from kameleon.core.interface.codec import cold_changed, decode, encode
+from kameleon.core.interface.sampler import FloatArray, OptionError, Proposal, frozen_array
+from kameleon.core.kernels import kamh_proposal
+from kameleon.core.kernels.rkhs import median_bandwidth
 from kameleon.core.samplers import kameleon
-from kameleon.core.serialization import cold_changed, decode, encode
+from kameleon.core.tuning.preconditioning import PRECONDITIONING_COLD_FIELDS
+from kameleon.core.tuning.reservoir import reservoir_update
 
 # The kernel method's own mechanics, in the user's coordinates (test_preconditioning.py
 # covers the scouting phase and the whitened coordinates).
@@ -341,7 +341,7 @@ def test_tell_checks_the_proposal() -> None:
 
 def test_remembered_factors_change_no_proposal() -> None:
     """ask gives the same proposal whether the factor at x was remembered or not."""
-    from kameleon.core.targets import Banana
+    from kameleon.core.validation.targets import Banana
 
     target = Banana(dim=3, b=0.03, v=100.0)
     params = kameleon.make_params(3, {**NONE, "subsample_size": 50}, warmup=200)

@@ -48,9 +48,9 @@ import pytest
 from scipy import stats
 
 from kameleon.core import SAMPLERS
-from kameleon.core.base import Proposal, frozen_array
-from kameleon.core.run import sample_chains
-from kameleon.core.targets import Banana
+from kameleon.core.interface.sampler import Proposal, frozen_array
+from kameleon.core.running.inprocess import sample_chains
+from kameleon.core.validation.targets import Banana
 
 pytestmark = pytest.mark.slow  # statistical: thousands of kernel transitions
 

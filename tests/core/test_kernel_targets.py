@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kameleon.core.run import sample
+from kameleon.core.running.inprocess import sample
 
 pytestmark = pytest.mark.slow  # statistical: a few seconds per sampler
 

@@ -1,4 +1,4 @@
-"""Tests of kernel HMC (core.kernel_hmc, kmc_lite, kmc_finite) beyond the generic
+"""Tests of kernel HMC (core.kernels.kernel_hmc, kmc_lite, kmc_finite) beyond the generic
 sampler tests: the leapfrog, the proposal's randomness, the random-walk fallback, the
 step-size rule and the adaptation schedule."""
 
@@ -13,11 +13,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kameleon.core import kernel_hmc
-from kameleon.core.base import OptionError
-from kameleon.core.rng import Stream, generator
+from kameleon.core.interface.codec import cold_changed
+from kameleon.core.interface.sampler import OptionError
+from kameleon.core.kernels import kernel_hmc
+from kameleon.core.numerics.rng import Stream, generator
 from kameleon.core.samplers import kmc_finite, kmc_lite
-from kameleon.core.serialization import cold_changed
 
 DIM = 2
 Variant = tuple[ModuleType, dict[str, Any]]

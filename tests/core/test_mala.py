@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 
 from kameleon.core import SAMPLERS
-from kameleon.core.base import tell_one
-from kameleon.core.diagnostics import ess_bulk
-from kameleon.core.gradient_check import GradientMismatch
-from kameleon.core.run import sample_chains
+from kameleon.core.diagnostics.summary import ess_bulk
+from kameleon.core.gradients.check import GradientMismatch
+from kameleon.core.interface.sampler import tell_one
+from kameleon.core.running.inprocess import sample_chains
 from kameleon.core.samplers import mala
 
 SCALES = np.array([1e-4, 1.0, 1e4, 5.0])

@@ -12,13 +12,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kameleon.core.base import OptionError, Proposal, StepInfo
-from kameleon.core.diagnostics import ess_mean, mcse_mean
-from kameleon.core.gradient_check import GradientMismatch
-from kameleon.core.run import run_chain
-from kameleon.core.runner import Runner
+from kameleon.core.diagnostics.summary import ess_mean, mcse_mean
+from kameleon.core.gradients.check import GradientMismatch
+from kameleon.core.interface.codec import decode, encode
+from kameleon.core.interface.sampler import OptionError, Proposal, StepInfo
+from kameleon.core.running.chains import Runner
+from kameleon.core.running.inprocess import run_chain
 from kameleon.core.samplers import hmc, nuts
-from kameleon.core.serialization import decode, encode
 
 Fn = Callable[[Any], tuple[float, Any]]
 

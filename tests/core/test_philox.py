@@ -1,4 +1,4 @@
-"""The array Philox (core.philox) equals numpy's per-chain Philox streams bit for bit."""
+"""The array Philox (core.numerics.philox) equals numpy's per-chain Philox streams bit for bit."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kameleon.core.philox import raw, uniforms
-from kameleon.core.rng import MAX_SEED, Stream, fresh_generator
+from kameleon.core.numerics.philox import raw, uniforms
+from kameleon.core.numerics.rng import MAX_SEED, Stream, fresh_generator
 
 seeds = st.integers(0, MAX_SEED)
 chains = st.integers(0, 2**32)

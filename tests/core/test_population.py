@@ -1,4 +1,4 @@
-"""A population's diagnostics (``core/population.py``) on populations built by hand: the
+"""A population's diagnostics (``core/diagnostics/population.py``) on populations built by hand: the
 error of a chain's mean with and without a part that persists through the run, R-hat
 across chains in agreement and not, ``chain_mean`` and ``short_run``."""
 
@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from kameleon.core.population import (
+from kameleon.core.diagnostics.population import (
     Population,
     population_findings,
     population_summaries,

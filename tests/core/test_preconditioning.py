@@ -1,4 +1,4 @@
-"""The kernel samplers' preconditioning (core.preconditioning): every Hastings-ratio term
+"""The kernel samplers' preconditioning (core.tuning.preconditioning): every Hastings-ratio term
 in the user's coordinates, the schedule of the scouting phase, and the results that must
 not depend on the units of the coordinates."""
 
@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from kameleon.core import preconditioning
-from kameleon.core.base import frozen_array
-from kameleon.core.preconditioning import Preconditioner
-from kameleon.core.rkhs import median_bandwidth
-from kameleon.core.run import run_chain, sample
+from kameleon.core.interface.sampler import frozen_array
+from kameleon.core.kernels.rkhs import median_bandwidth
+from kameleon.core.running.inprocess import run_chain, sample
 from kameleon.core.samplers import kameleon, kmc_finite, kmc_lite
+from kameleon.core.tuning import preconditioning
+from kameleon.core.tuning.preconditioning import Preconditioner
 from tests.core.test_kameleon import explicit_covariance
 
 KERNEL_SAMPLERS = {
@@ -269,7 +269,7 @@ def test_the_map_learns_through_warm_up_and_then_freezes(name: str) -> None:
 def test_kmc_finite_carries_its_surrogate_over_to_a_new_map() -> None:
     # The features are transformed so that the surrogate is the same function of the
     # user's coordinates under the new map as under the old one.
-    from kameleon.core.score_matching import FiniteSurrogate, random_features
+    from kameleon.core.kernels.score_matching import FiniteSurrogate, random_features
 
     rng = np.random.default_rng(9)
     old, new = _dense_preconditioner(3, rng), _dense_preconditioner(3, rng)

@@ -22,9 +22,9 @@ import numpy as np
 import pytest
 
 from kameleon.core import SAMPLERS
-from kameleon.core.diagnostics import ess_mean, per_parameter
-from kameleon.core.run import run_chain
-from kameleon.core.targets import Gaussian, PseudoMarginal
+from kameleon.core.diagnostics.summary import ess_mean, per_parameter
+from kameleon.core.running.inprocess import run_chain
+from kameleon.core.validation.targets import Gaussian, PseudoMarginal
 
 pytestmark = pytest.mark.slow  # statistical: long pseudo-marginal chains
 

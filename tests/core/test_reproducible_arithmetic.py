@@ -3,7 +3,7 @@ BLAS thread count, numpy CPU-feature set and glibc math build this CPU can run.
 
 Each setting is a subprocess (they are fixed when a process starts) that runs every
 sampler through its warm-up (scouting, adaptation windows, surrogate fits) and a few
-hundred iterations after, and prints a hash of the draws. See core/arithmetic.py and
+hundred iterations after, and prints a hash of the draws. See core/numerics/arithmetic.py and
 PROTOCOL.md, "Guarantees".
 """
 
@@ -55,7 +55,7 @@ SCRIPT = """
 import hashlib, json, sys
 import numpy as np
 from kameleon.core import SAMPLERS
-from kameleon.core.base import Parts, tell_one
+from kameleon.core.interface.sampler import Parts, tell_one
 
 options, dim, warmup, iterations, chains = json.loads(sys.argv[1])
 
@@ -183,7 +183,7 @@ def test_draws_are_the_same_bits_in_every_setting(
 
 
 def test_the_module_is_exact_where_it_says() -> None:
-    from kameleon.core import arithmetic as a
+    from kameleon.core.numerics import arithmetic as a
 
     rng = np.random.default_rng(3)
     A, B = rng.standard_normal((7, 5)), rng.standard_normal((5, 6))

@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from kameleon.core.rkhs import gaussian_kernel, gaussian_kernel_grad, median_bandwidth
+from kameleon.core.kernels.rkhs import gaussian_kernel, gaussian_kernel_grad, median_bandwidth
 
 
 def test_gaussian_kernel_matches_the_formula() -> None:

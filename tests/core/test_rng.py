@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kameleon.core.rng import MAX_SEED, Stream, fresh_generator, generator, substream
+from kameleon.core.numerics.rng import MAX_SEED, Stream, fresh_generator, generator, substream
 
 
 @pytest.mark.parametrize("args", [(0, 0, 0, 0), (1, 2, 3, 1), (MAX_SEED, 4095, 10**12, 3)])

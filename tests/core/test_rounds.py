@@ -1,4 +1,4 @@
-"""``core.rounds``: a round's proposals, asked from the state before any of them is told,
+"""``core.populations.rounds``: a round's proposals, asked from the state before any of them is told,
 are the proposals ``ask`` gives once the ones before them are told, whatever their values,
 bit for bit, for every sampler that has rounds, over runs that cross warm-up's end, stage
 ends, sweeps and window ends, with evaluations outside the support; and the round
@@ -12,8 +12,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kameleon.core import SAMPLERS, rounds
-from kameleon.core.base import Parts, Proposal, tell_one
+from kameleon.core import SAMPLERS
+from kameleon.core.interface.sampler import Parts, Proposal, tell_one
+from kameleon.core.populations import rounds
 
 DIM = 3
 

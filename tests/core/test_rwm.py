@@ -8,10 +8,10 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from kameleon.core.base import OptionError
-from kameleon.core.run import run_chain
+from kameleon.core.interface.sampler import OptionError
+from kameleon.core.running.inprocess import run_chain
 from kameleon.core.samplers import rwm
-from kameleon.core.targets import Gaussian
+from kameleon.core.validation.targets import Gaussian
 
 
 def _flat(x: np.ndarray) -> float:

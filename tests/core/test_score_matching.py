@@ -1,4 +1,4 @@
-"""Tests of the score-matching estimators of kernel HMC (core.score_matching)."""
+"""Tests of the score-matching estimators of kernel HMC (core.kernels.score_matching)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,9 @@ import numpy as np
 import pytest
 from scipy import linalg, stats
 
-from kameleon.core import kernel_hmc
-from kameleon.core.base import FloatArray
-from kameleon.core.samplers import kmc_finite, kmc_lite
-from kameleon.core.score_matching import (
+from kameleon.core.interface.sampler import FloatArray
+from kameleon.core.kernels import kernel_hmc
+from kameleon.core.kernels.score_matching import (
     FiniteSurrogate,
     LiteSurrogate,
     finite_initial,
@@ -24,6 +23,7 @@ from kameleon.core.score_matching import (
     lite_statistics,
     random_features,
 )
+from kameleon.core.samplers import kmc_finite, kmc_lite
 
 
 def correlated_gaussian(dim: int, seed: int) -> tuple[np.random.Generator, FloatArray]:

@@ -1,4 +1,4 @@
-"""The state codec (core.serialization): stored documents stay readable, and hostile
+"""The state codec (core.interface.codec): stored documents stay readable, and hostile
 documents are rejected with CodecError, never another exception."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from kameleon.core import SAMPLERS
-from kameleon.core.serialization import (
+from kameleon.core.interface.codec import (
     ALIASES,
     MAX_DEPTH,
     CodecError,
@@ -32,7 +32,7 @@ from kameleon.core.serialization import (
 # on the banana log density ``_banana``, with its kernel surrogate fitted and its
 # preconditioner fixed, and the position its next ``ask`` proposes. Do not regenerate
 # the states: they stand for documents already in stores. "next" is what this code
-# proposes from them; the machine-independent arithmetic (core/arithmetic.py) moved it
+# proposes from them; the machine-independent arithmetic (core/numerics/arithmetic.py) moved it
 # from the writer's proposal in the last bits (the writer's values were those of one
 # BLAS kernel, and differed on others).
 OLD_DOCUMENTS: dict[str, dict[str, Any]] = json.loads(
@@ -164,8 +164,8 @@ def test_an_object_named_twice_is_written_the_same_each_time() -> None:
     # encode() writes an array or a dataclass it meets again from its first encoding
     # (a NUTS tree names one point as several of its ends): the document is the one that
     # encoding every field apart gives, and decodes to equal, separate objects.
+    from kameleon.core.interface.codec import to_jsonable
     from kameleon.core.samplers import nuts
-    from kameleon.core.serialization import to_jsonable
 
     params = nuts.make_params(3, {}, warmup=10)
     state = nuts.init(np.array([0.1, -0.2, 0.3]), params, seed=1, chain=0)
@@ -233,7 +233,7 @@ def test_a_state_written_over_its_predecessor_is_the_document_written_alone(
 def test_an_encoding_is_kept_only_for_the_very_object() -> None:
     # The kept encodings hold their objects: an equal array that is another object, or the
     # same array made writeable (it might have changed since), is encoded afresh.
-    from kameleon.core.serialization import to_jsonable
+    from kameleon.core.interface.codec import to_jsonable
 
     a = np.array([1.0, 2.0])
     a.flags.writeable = False

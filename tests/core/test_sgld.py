@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from kameleon.core import SAMPLERS
-from kameleon.core.base import OptionError, Parts, tell_one
-from kameleon.core.run import sample_chains
+from kameleon.core.interface.sampler import OptionError, Parts, tell_one
+from kameleon.core.running.inprocess import sample_chains
 from kameleon.core.samplers import sgld
 
 N = 1000

@@ -14,15 +14,16 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kameleon.core import SAMPLERS, annealing, smc_evidence
-from kameleon.core.assess import assess, summaries_of
-from kameleon.core.autocorr import by_walker
-from kameleon.core.base import Parts
-from kameleon.core.diagnostics import mcse_mean
-from kameleon.core.run import assess_results, sample_chains
+from kameleon.core import SAMPLERS
+from kameleon.core.diagnostics.assess import assess, summaries_of
+from kameleon.core.diagnostics.autocorr import by_walker
+from kameleon.core.diagnostics.summary import mcse_mean
+from kameleon.core.interface.codec import decode, encode
+from kameleon.core.interface.sampler import Parts
+from kameleon.core.populations import annealing, smc_evidence
+from kameleon.core.populations.tempered import log_reference
+from kameleon.core.running.inprocess import assess_results, sample_chains
 from kameleon.core.samplers import smc
-from kameleon.core.serialization import decode, encode
-from kameleon.core.tempered import log_reference
 
 SAMPLER = SAMPLERS["smc"]
 

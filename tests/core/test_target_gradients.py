@@ -1,5 +1,5 @@
-"""The exact gradients of the benchmark targets (core.targets) and of every validation
-case (core.validation) against central finite differences of their log densities.
+"""The exact gradients of the benchmark targets (core.validation.targets) and of every validation
+case (core.validation.suite) against central finite differences of their log densities.
 
 The difference ``(f(x + h e_i) - f(x - h e_i)) / 2h`` has a truncation error of about
 ``h^2 |f'''| / 6`` and a rounding error of about ``eps |f| / h``. With ``h`` a fraction
@@ -20,9 +20,9 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import pytest
 
-from kameleon.core.base import FloatArray
-from kameleon.core.targets import Banana, Flower, Gaussian
-from kameleon.core.validation import Case, cases
+from kameleon.core.interface.sampler import FloatArray
+from kameleon.core.validation.suite import Case, cases
+from kameleon.core.validation.targets import Banana, Flower, Gaussian
 
 RTOL = 1e-5
 CASES = {case.name: case for case in cases()}

@@ -9,7 +9,7 @@ import numpy.typing as npt
 import pytest
 from scipy import integrate, stats
 
-from kameleon.core.targets import (
+from kameleon.core.validation.targets import (
     QUANTILE_LEVELS,
     Banana,
     Flower,

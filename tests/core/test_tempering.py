@@ -12,12 +12,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kameleon.core import SAMPLERS, stepping_stones
-from kameleon.core.base import Parts
-from kameleon.core.diagnostics import mcse_mean, summarize
-from kameleon.core.run import assess_results, sample_chains
+from kameleon.core import SAMPLERS
+from kameleon.core.diagnostics.summary import mcse_mean, summarize
+from kameleon.core.interface.codec import decode, encode
+from kameleon.core.interface.sampler import Parts
+from kameleon.core.populations import stepping_stones
+from kameleon.core.running.inprocess import assess_results, sample_chains
 from kameleon.core.samplers import tempering
-from kameleon.core.serialization import decode, encode
 
 SAMPLER = SAMPLERS["tempering"]
 

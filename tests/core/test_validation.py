@@ -1,4 +1,4 @@
-"""The validation suite at a reduced size (core.validation; the full size is
+"""The validation suite at a reduced size (core.validation.suite; the full size is
 ``bench/validation.py``, with its table in BENCHMARKS.md).
 
 The promise checked for every sampler on every case: it is right, or it says that it
@@ -29,7 +29,7 @@ from __future__ import annotations
 import pytest
 
 from kameleon.core import SAMPLERS
-from kameleon.core.validation import cases, run_case
+from kameleon.core.validation.suite import cases, run_case
 
 CASES = {case.name: case for case in cases()}
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import kameleon
-from kameleon.core.diagnostics import ess_mean, per_parameter
+from kameleon.core.diagnostics.summary import ess_mean, per_parameter
 
 # x0 ~ N(0, 1); (x1, x2) | x0 ~ N((x0, -x0), 0.5 I): a conjugate normal model whose
 # block (x1, x2) has a closed-form full conditional.

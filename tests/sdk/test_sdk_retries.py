@@ -15,7 +15,7 @@ import orjson
 import pytest
 
 import kameleon
-from kameleon.core.run import sample as core_sample
+from kameleon.core.running.inprocess import sample as core_sample
 from tests.sdk.conftest import clean_env
 from tests.servers import KAMELEON, free_port, serving
 
@@ -133,7 +133,7 @@ def test_the_async_client_retries_too() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.filterwarnings("ignore::kameleon.core.checks.SamplingWarning")
+@pytest.mark.filterwarnings("ignore::kameleon.core.diagnostics.findings.SamplingWarning")
 def test_a_run_survives_a_restart_of_its_service(
     redis_url: str, redis_prefix: str, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import kameleon
-from kameleon.core.run import sample as core_sample
+from kameleon.core.running.inprocess import sample as core_sample
 from tests.sdk.conftest import clean_env
 from tests.servers import KAMELEON, free_port, serving
 

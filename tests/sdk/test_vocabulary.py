@@ -19,9 +19,9 @@ import numpy.typing as npt
 import pytest
 
 import kameleon
-from kameleon.core.checks import SamplingWarning
-from kameleon.core.defaults import CHAINS, ITERATIONS, WARMUP
-from kameleon.core.run import Interrupted
+from kameleon.core.diagnostics.findings import SamplingWarning
+from kameleon.core.interface.defaults import CHAINS, ITERATIONS, WARMUP
+from kameleon.core.running.inprocess import Interrupted
 from tests.sdk.test_cli import cli, one_line_error
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -37,8 +37,8 @@ def normal(x: npt.NDArray[np.float64]) -> float:
 
 def test_every_surface_takes_its_defaults_from_one_place() -> None:
     from kameleon.cli import _parser
-    from kameleon.core.run import sample as core_sample
-    from kameleon.core.run import sample_chains
+    from kameleon.core.running.inprocess import sample as core_sample
+    from kameleon.core.running.inprocess import sample_chains
     from kameleon.service.app import create_app
 
     want = {"chains": CHAINS, "iterations": ITERATIONS, "warmup": WARMUP}
@@ -290,7 +290,7 @@ def test_cli_ctrl_c_before_any_session_is_one_line(tmp_path: Path) -> None:
     assert "Traceback" not in run.stderr and "kameleon: interrupted" in run.stderr
 
 
-@pytest.mark.filterwarnings("ignore::kameleon.core.checks.SamplingWarning")
+@pytest.mark.filterwarnings("ignore::kameleon.core.diagnostics.findings.SamplingWarning")
 def test_ctrl_c_before_the_workers_start_keeps_the_session(
     server: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:

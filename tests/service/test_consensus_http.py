@@ -1,5 +1,5 @@
 """POST /v1/consensus on every store: shard sessions told in parts with prior_power 1/J,
-combined into the full posterior; the answer is core.consensus's on the sessions' own
+combined into the full posterior; the answer is core.populations.consensus's on the sessions' own
 draws; what is refused; the warnings of a non-Gaussian shard."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from kameleon.core.consensus import combine
+from kameleon.core.populations.consensus import combine
 from tests.service.conftest import ProblemCheck
 
 Json = dict[str, Any]
@@ -76,7 +76,7 @@ def test_the_consensus_of_shards_is_the_full_posterior(
     answer = api.post("/v1/consensus", json={"sessions": shards})
     assert answer.status_code == 200, answer.text
     doc = answer.json()
-    # The answer is core.consensus's weighted average of the sessions' own draws.
+    # The answer is core.populations.consensus's weighted average of the sessions' own draws.
     own = [_draws(api, sid) for sid in shards]
     expected = combine(own, "weighted")
     np.testing.assert_array_equal(np.asarray(doc["draws"]), expected.draws)

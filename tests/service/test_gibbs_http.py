@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 from fastapi.testclient import TestClient
 
-from kameleon.core.diagnostics import ess_mean, per_parameter
+from kameleon.core.diagnostics.summary import ess_mean, per_parameter
 from tests.service.conftest import ProblemCheck
 
 Json = dict[str, Any]

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from kameleon.core.diagnostics import ess_mean, per_parameter
+from kameleon.core.diagnostics.summary import ess_mean, per_parameter
 from tests.service.conftest import ProblemCheck
 
 Json = dict[str, Any]

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from kameleon.core.initial import initial_point
-from kameleon.core.run import sample
+from kameleon.core.running.initial import initial_point
+from kameleon.core.running.inprocess import sample
 
 Json = dict[str, Any]
 ProblemCheck = Callable[[httpx.Response, int], Json]

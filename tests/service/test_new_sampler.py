@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from kameleon.core import SAMPLERS
-from kameleon.core.run import sample
+from kameleon.core.running.inprocess import sample
 from tests.service import toy_sampler
 from tests.service.conftest import MakeClient
 

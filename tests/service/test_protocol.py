@@ -87,7 +87,7 @@ def started(api: TestClient, sid: str) -> list[Json]:
 def test_a_create_takes_the_shared_defaults(api: TestClient) -> None:
     """'"chains": 4, // default 4', '"warmup": 1000, ... (default 1000)', '"max_iterations":
     ... absent: warmup + 2000 (2000 draws kept per chain); null: no limit'."""
-    from kameleon.core.defaults import CHAINS, ITERATIONS, WARMUP
+    from kameleon.core.interface.defaults import CHAINS, ITERATIONS, WARMUP
 
     made = []
     for body, want in (

@@ -24,9 +24,9 @@ import pytest
 from threadpoolctl import threadpool_limits
 
 from kameleon.core import SAMPLERS
-from kameleon.core.batch import ARRAY_PHILOX_MIN
-from kameleon.core.initial import initial_point
-from kameleon.core.run import run_chain, sample
+from kameleon.core.running.batch import ARRAY_PHILOX_MIN
+from kameleon.core.running.initial import initial_point
+from kameleon.core.running.inprocess import run_chain, sample
 from tests.servers import KAMELEON, free_port, serving
 
 pytestmark = pytest.mark.slow  # every algorithm through every store and two processes
@@ -230,9 +230,9 @@ def test_two_service_processes_taking_turns_give_the_in_process_draws(
 def test_a_step_of_many_chains_steps_them_together_with_the_same_draws(
     algorithm: str, start_client: Callable[..., Any]
 ) -> None:
-    """Enough chains per ``step`` for the array Philox (core.batch): the service's draws
+    """Enough chains per ``step`` for the array Philox (core.running.batch): the service's draws
     are the in-process run's (whose chains are stepped side by side too), and each is
-    the draw of that chain run alone (core.run.run_chain)."""
+    the draw of that chain run alone (core.running.inprocess.run_chain)."""
     chains, warmup, iterations = ARRAY_PHILOX_MIN + 4, 30, 20
     body = {
         "algorithm": algorithm,

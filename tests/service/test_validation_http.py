@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kameleon.core.run import sample
-from kameleon.core.validation import cases, run_case
+from kameleon.core.running.inprocess import sample
+from kameleon.core.validation.suite import cases, run_case
 
 CASES = {case.name: case for case in cases()}
 CHAINS, WARMUP, ITERATIONS, SEED = 4, 600, 600, 5

@@ -9,7 +9,8 @@ from typing import Any
 
 import numpy as np
 
-from kameleon.core.base import (
+from kameleon.core.interface.codec import register
+from kameleon.core.interface.sampler import (
     ChainState,
     FloatArray,
     OptionError,
@@ -21,7 +22,6 @@ from kameleon.core.base import (
     new_chain_fields,
     params_parser,
 )
-from kameleon.core.serialization import register
 
 NAME = "toy-independence"
 

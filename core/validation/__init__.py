@@ -1,0 +1,3 @@
+"""The validation suite (:mod:`core.validation.suite`) and its targets with known answers
+(:mod:`core.validation.targets`).
+"""

@@ -1,16 +1,16 @@
 """What a run's post-warm-up draws say, for every runner (in process, the SDK, the
 service): per-parameter diagnostics, the warnings, and for importance samples the
-evidence (:mod:`core.evidence`).
+evidence (:mod:`core.populations.evidence`).
 
-Markov chains are judged by :func:`core.diagnostics.summarize` and
-:func:`core.checks.check`. An ensemble's chain (a sampler whose record gives
+Markov chains are judged by :func:`core.diagnostics.summary.summarize` and
+:func:`core.diagnostics.findings.check`. An ensemble's chain (a sampler whose record gives
 ``ensemble_size``) interleaves its walkers: its parameters are summarised with each
 walker's draws as a chain of its own (as ArviZ reads emcee's walkers), whole sweeps
 only; the checks of a chain's own draws (``stuck``, ``chain_mean``) read its walkers
 one after the other; and each parameter gets emcee's integrated autocorrelation time
-(:mod:`core.autocorr`), with the ``short_run`` warning under 50 of them. A population
+(:mod:`core.diagnostics.autocorr`), with the ``short_run`` warning under 50 of them. A population
 (a sampler whose record gives ``population`` too: ``smc``, whose particles start after
-warm-up as a sample of the target) is read differently, by :mod:`core.population`: each
+warm-up as a sample of the target) is read differently, by :mod:`core.diagnostics.population`: each
 chain's whole population is the unit of R-hat, of the ESS and of ``chain_mean``, and
 ``short_run`` says that the particles did not move. A sampler
 whose chains estimate the evidence in their states (its record's ``chain_evidence``:
@@ -86,11 +86,11 @@ def _walkers(sampler: Sampler[Any, Any], params: Any, draws: FloatArray) -> Floa
 def summaries_of(
     sampler: Sampler[Any, Any], params: Any, draws: FloatArray, names: Sequence[str]
 ) -> list[ParameterSummary]:
-    """:func:`core.diagnostics.summarize` of a Markov sampler's post-warm-up ``draws``
+    """:func:`core.diagnostics.summary.summarize` of a Markov sampler's post-warm-up ``draws``
     (``(chains, draws, dim)``); an ensemble's with each walker's whole sweeps as a chain,
-    once there are :data:`core.diagnostics.MIN_DRAWS` sweeps, and a population's
+    once there are :data:`core.diagnostics.summary.MIN_DRAWS` sweeps, and a population's
     (``smc``) with each chain's population read as a whole
-    (:func:`core.population.population_summaries`)."""
+    (:func:`core.diagnostics.population.population_summaries`)."""
     x = np.asarray(draws, dtype=np.float64)
     walkers = _walkers(sampler, params, x)
     if walkers is not None and walkers.shape[1] >= MIN_DRAWS:
@@ -107,7 +107,7 @@ def _population_findings(
     names: Sequence[str],
     kappa: float,
 ) -> list[Finding]:
-    """A population's ``chain_mean`` in place of :func:`core.checks.check`'s, which
+    """A population's ``chain_mean`` in place of :func:`core.diagnostics.findings.check`'s, which
     would compare a chain's particles read one after another."""
     own = population_findings(walkers, names, kappa)
     kept = [f for f in findings if f.code != "chain_mean"]
@@ -126,7 +126,7 @@ def autocorrelation_times(walkers: FloatArray) -> list[float]:
 
 def ensemble_findings(times: Sequence[float], sweeps: int, names: Sequence[str]) -> list[Finding]:
     """``short_run``: a parameter whose autocorrelation time is known and more than
-    ``sweeps`` / :data:`core.autocorr.MIN_TIMES` (emcee's rule)."""
+    ``sweeps`` / :data:`core.diagnostics.autocorr.MIN_TIMES` (emcee's rule)."""
     found = []
     for name, tau in zip(names, times, strict=True):
         if math.isfinite(tau) and sweeps < MIN_TIMES * tau:
@@ -146,7 +146,7 @@ def ensemble_findings(times: Sequence[float], sweeps: int, names: Sequence[str])
 
 
 def importance_findings(ev: Evidence, chains: int = 1) -> list[Finding]:
-    """The warnings of importance weights: a Pareto k above :data:`core.evidence.K_BAD`
+    """The warnings of importance weights: a Pareto k above :data:`core.populations.evidence.K_BAD`
     (or none where the weights are all zero), an effective sample size below
     :data:`MIN_IMPORTANCE_ESS` per chain (``chains`` proposals)."""
     found = []

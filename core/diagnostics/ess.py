@@ -1,8 +1,8 @@
-"""The estimators behind :mod:`core.diagnostics`: split chains, rank normalisation, the
+"""The estimators behind :mod:`core.diagnostics.summary`: split chains, rank normalisation, the
 autocovariance-based effective sample size, and split R-hat (Vehtari et al. 2021).
 
 Each function takes chains of one parameter, shape ``(chains, draws)``, already checked
-by :mod:`core.diagnostics`; see its docstring for the conventions (ties, folding, the
+by :mod:`core.diagnostics.summary`; see its docstring for the conventions (ties, folding, the
 tail quantiles, one chain).
 """
 

@@ -4,12 +4,12 @@
 acceptance rate after warm-up, and returns a list of :class:`Finding`, one per thing
 that is wrong, each with a stable ``code``, the parameter or chain it concerns, the
 number measured and the threshold it crossed. The service returns them as JSON
-(``warnings``); :func:`core.run.sample` emits them as :class:`SamplingWarning`.
+(``warnings``); :func:`core.running.inprocess.sample` emits them as :class:`SamplingWarning`.
 
 Codes (stable; thresholds are module constants):
 
 ``too_few_draws``
-    Fewer than :data:`~core.diagnostics.MIN_DRAWS` post-warm-up draws per chain: R-hat
+    Fewer than :data:`~core.diagnostics.summary.MIN_DRAWS` post-warm-up draws per chain: R-hat
     and ESS are undefined, nothing else is judged. ``value``: draws per chain.
 ``nonfinite``
     A parameter has draws that are NaN or infinite. ``value``: how many.
@@ -44,13 +44,13 @@ Codes (stable; thresholds are module constants):
 ``chain_mean``
     A chain's mean, on the rank-normalised scale, lies more than :data:`CHAIN_Z_MAX`
     (5) Monte Carlo standard errors from the other chains' (see
-    :func:`core.diagnostics.chain_mean_z`); one finding per chain, for its worst
+    :func:`core.diagnostics.summary.chain_mean_z`); one finding per chain, for its worst
     parameter, among the parameters whose bulk ESS does not warn (with fewer
     effective draws a chain's own MCSE is too rough to compare chains by, and
     ``ess_bulk`` has spoken already). ``value``: that signed distance.
 ``divergent``, ``low_ebfmi``
     A Hamiltonian sampler's divergent transitions after warm-up, and a chain's E-BFMI
-    below 0.3 (:mod:`core.trajectory_checks`).
+    below 0.3 (:mod:`core.diagnostics.trajectory_checks`).
 
 Why these two chain checks besides R-hat and acceptance:
 
@@ -68,7 +68,7 @@ Why these two chain checks besides R-hat and acceptance:
   MCSE were exact; with estimated MCSEs, 200 runs each of simulated AR(1) chains with
   at least 100 effective draws per chain (4 to 64 chains) never went past 4.4.
 
-:class:`StopRule` (:mod:`core.stopping`, exported here too) is the stopping rule: every
+:class:`StopRule` (:mod:`core.diagnostics.stopping`, exported here too) is the stopping rule: every
 parameter's R-hat below a bound and its bulk and tail ESS (over all chains) above another.
 """
 
@@ -148,11 +148,11 @@ CODES = (
     "smc_unfinished",
 )
 """Every finding's code, in the order :func:`check` reports them (``short_run`` is an
-ensemble's, :func:`core.assess.ensemble_findings`, and a population's,
-:func:`core.population.short_run_findings`; ``pareto_k``, ``importance_ess`` and
-``unseen_modes`` importance sampling's, :func:`core.assess.importance_findings`; ``swap_rate_low`` and ``evidence_unreliable`` parallel tempering's,
-``core.stepping_stones.evidence_findings`` (the second also ``smc``'s);
-``smc_unfinished`` sequential Monte Carlo's, ``core.smc_evidence.evidence_findings``)."""
+ensemble's, :func:`core.diagnostics.assess.ensemble_findings`, and a population's,
+:func:`core.diagnostics.population.short_run_findings`; ``pareto_k``, ``importance_ess`` and
+``unseen_modes`` importance sampling's, :func:`core.diagnostics.assess.importance_findings`; ``swap_rate_low`` and ``evidence_unreliable`` parallel tempering's,
+``core.populations.stepping_stones.evidence_findings`` (the second also ``smc``'s);
+``smc_unfinished`` sequential Monte Carlo's, ``core.populations.smc_evidence.evidence_findings``)."""
 
 
 class SamplingWarning(UserWarning):
@@ -351,7 +351,7 @@ def check(
     divergent, energy
         A Hamiltonian sampler's per-draw ``diverging`` flags and Hamiltonian, shape
         ``(chains, draws)``, for the ``divergent`` and ``low_ebfmi`` findings
-        (:mod:`core.trajectory_checks`); ``None`` where not recorded.
+        (:mod:`core.diagnostics.trajectory_checks`); ``None`` where not recorded.
 
     Returns
     -------

@@ -6,7 +6,7 @@ warm-up (the tempering) its ``N`` particles are an approximate sample of the tar
 and after it each particle is a Markov chain (a random-walk Metropolis chain with a
 fixed proposal) started from its place in that sample. Iteration ``t`` records particle
 ``t mod N``: a chain's post-warm-up draws are ``S`` whole sweeps of its population,
-shape ``(S, N)`` per parameter (:func:`core.autocorr.by_walker`).
+shape ``(S, N)`` per parameter (:func:`core.diagnostics.autocorr.by_walker`).
 
 Reading each particle as a chain (as ``ensemble``'s walkers) asks each particle to mix
 on its own. A particle need not: its starting point was drawn by the population, not by
@@ -46,7 +46,7 @@ the noise's part. The variance of ``m_c`` is then taken as
 
 the noise's part as for independent particles and the persistent part as for a
 population of ``N / kappa`` independent ones. ``kappa`` is the sampler's
-(:attr:`core.base.Sampler.population`): for ``smc``, ``2 / ess_fraction`` (4 at the
+(:attr:`core.interface.sampler.Sampler.population`): for ``smc``, ``2 / ess_fraction`` (4 at the
 default 0.5). Each stage keeps a conditional effective sample size of
 ``ess_fraction N`` before it resamples, and the stages compound: over 64 chains of the
 separated two-mode mixture of BENCHMARKS.md section 12 (32 and 64 particles, seeds 1
@@ -83,11 +83,11 @@ of the target (a tempering that did not reach it says ``smc_unfinished``).
 ``B / M`` (the chains' spread, which is what an honest error is, where there are
 chains enough to measure it), and the ESS is the pooled variance over it, at most the
 number of draws: bulk on the normal scores, tail on the indicators of the 5% and 95%
-quantiles (the smaller), as :mod:`core.diagnostics`, and the MCSE of the mean on the
+quantiles (the smaller), as :mod:`core.diagnostics.summary`, and the MCSE of the mean on the
 draws themselves.
 
 **Chain means.** ``chain_mean`` names a chain whose mean of the normal scores lies more
-than :data:`core.checks.CHAIN_Z_MAX` of its standard errors from the other chains':
+than :data:`core.diagnostics.findings.CHAIN_Z_MAX` of its standard errors from the other chains':
 ``z_c = (m_c - m_rest) / sqrt(V_c + sum_rest V / (M - 1)^2)``, where a population that
 found a different mixture of the modes, or collapsed into one, is far.
 
@@ -290,7 +290,7 @@ def population_findings(
     walkers: npt.ArrayLike, names: Sequence[str], kappa: float
 ) -> list[Finding]:
     """``chain_mean``: a chain whose population's mean of the normal scores lies more
-    than :data:`core.checks.CHAIN_Z_MAX` standard errors from the other chains' (one
+    than :data:`core.diagnostics.findings.CHAIN_Z_MAX` standard errors from the other chains' (one
     finding per chain, its worst parameter). Not with fewer than
     :data:`MIN_CHAIN_PARTICLES` particles: a chain's error is then too rough to compare
     chains by."""
@@ -311,7 +311,7 @@ def population_findings(
 
 
 def population_times(walkers: npt.ArrayLike) -> list[float]:
-    """emcee's integrated autocorrelation time of each parameter (:mod:`core.autocorr`),
+    """emcee's integrated autocorrelation time of each parameter (:mod:`core.diagnostics.autocorr`),
     in sweeps, over every particle of every chain that moved after warm-up: a particle
     that did not (in a short run, at a low acceptance) has no autocorrelation of its
     own, and leaving it out keeps the others' (NaN when none moved)."""

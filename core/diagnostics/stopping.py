@@ -1,6 +1,6 @@
 """The stopping rule: stop sampling once every parameter has converged by given bounds
 (the service checks it every ``check_every`` post-warm-up iterations per chain,
-:func:`core.run.sample` likewise)."""
+:func:`core.running.inprocess.sample` likewise)."""
 
 from __future__ import annotations
 

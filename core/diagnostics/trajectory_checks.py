@@ -51,7 +51,7 @@ def trajectory_findings(
     divergent: npt.ArrayLike | None, energy: npt.ArrayLike | None
 ) -> list[tuple[str, str | None, int | None, float, float, str]]:
     """The ``divergent`` and ``low_ebfmi`` findings (as the fields of
-    :class:`core.checks.Finding`) of post-warm-up draws' ``diverging`` flags and
+    :class:`core.diagnostics.findings.Finding`) of post-warm-up draws' ``diverging`` flags and
     ``energy``, each of shape ``(chains, draws)`` or ``None`` (not recorded)."""
     out: list[tuple[str, str | None, int | None, float, float, str]] = []
     if divergent is not None:

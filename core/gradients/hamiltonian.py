@@ -1,7 +1,7 @@
 """What the Hamiltonian samplers (HMC, NUTS) share: the kinetic energy of a momentum
 under an inverse metric, momentum draws, one leapfrog step split at its log-density
 evaluation, and the U-turn test (what every gradient sampler shares is in
-:mod:`core.gradient_chain`).
+:mod:`core.gradients.chain`).
 
 The inverse metric ``metric`` (the covariance shape of the positions the sampler moves
 along; ``M^-1`` of the mass matrix ``M``) is a vector ``(d,)`` (diagonal) or a matrix
@@ -16,7 +16,7 @@ g'``, in ``tell``). Both are pure functions of the state, so ``tell`` recomputes
 ``ask`` handed out instead of storing it (NUTS takes ``q'`` from the proposal and
 recomputes only ``p_half``, :func:`half_momentum`).
 
-All arithmetic goes through :mod:`core.arithmetic` (the same bits on every CPU).
+All arithmetic goes through :mod:`core.numerics.arithmetic` (the same bits on every CPU).
 """
 
 from __future__ import annotations
@@ -137,8 +137,8 @@ def _velocities(momenta: FloatArray, metrics: FloatArray) -> FloatArray:
 def kinetic_energies(momenta: FloatArray, metrics: FloatArray) -> FloatArray:
     """:func:`kinetic_energy` of many chains at once, the same bits: ``momenta`` of shape
     ``(k, d)``, ``metrics`` ``(k, d)`` (diagonal) or ``(k, d, d)`` (dense). Each row's
-    products are added along the row's contiguous last axis, as :func:`core.arithmetic.dot`
-    and :func:`~core.arithmetic.matvec` add a vector's, in numpy's pairwise order."""
+    products are added along the row's contiguous last axis, as :func:`core.numerics.arithmetic.dot`
+    and :func:`~core.numerics.arithmetic.matvec` add a vector's, in numpy's pairwise order."""
     with np.errstate(over="ignore", invalid="ignore"):
         values = 0.5 * np.add.reduce(np.multiply(momenta, _velocities(momenta, metrics)), axis=-1)
     out: FloatArray = np.where(np.isfinite(values), values, math.inf)
@@ -181,7 +181,7 @@ def turnings(
 
 
 def log_add_exp(a: float, b: float) -> float:
-    """``log(exp(a) + exp(b))`` with :func:`core.arithmetic.exp1` and ``log1``."""
+    """``log(exp(a) + exp(b))`` with :func:`core.numerics.arithmetic.exp1` and ``log1``."""
     high, low = (a, b) if a >= b else (b, a)
     if low == -math.inf:
         return high

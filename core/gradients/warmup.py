@@ -200,7 +200,7 @@ class MetricWindow:
         (the positions' variance where the gradients do not vary); for a dense one the
         positions' covariance, shrunk toward that diagonal by ``5 / (n + 5)``; ``None``
         when it gives none (fewer than 3 states, a variance that is 0 or not finite, or
-        beyond :data:`core.adaptation.MAX_VARIANCE`)."""
+        beyond :data:`core.tuning.adaptation.MAX_VARIANCE`)."""
         n = self.count
         if n < 3:
             return None

@@ -32,7 +32,7 @@ COPIES = 3
 
 
 def preconditioning_floats(d: int, params: Any) -> int:
-    """The floats of a kernel sampler's preconditioning (:mod:`core.preconditioning`):
+    """The floats of a kernel sampler's preconditioning (:mod:`core.tuning.preconditioning`):
     scouting moments and factor, the preconditioner, and the whitening temporaries."""
     if getattr(params, "preconditioning", "none") == "none":
         return d * d + 2 * d

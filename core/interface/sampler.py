@@ -8,17 +8,17 @@ in a typed record, ``SAMPLER`` (:class:`Sampler`), which is what the registry
     The registry name (``"rwm"``, ``"kameleon"``, ...).
 ``Params``
     A frozen dataclass of options with the fields ``dim`` and ``warmup``, which the
-    session sets. Every other field has a documented default; the :func:`core.options.parse_params`
+    session sets. Every other field has a documented default; the :func:`core.interface.options.parse_params`
     helper validates a plain mapping of options into it.
 ``State``
     A frozen dataclass, a subclass of :class:`ChainState` (the fields every chain has),
     that carries everything the next transition needs and nothing random: randomness
-    comes from :func:`core.rng.generator`. Arrays in a state are read-only float64 numpy
+    comes from :func:`core.numerics.rng.generator`. Arrays in a state are read-only float64 numpy
     arrays; a new state never shares a writeable buffer with an old one.
 ``make_params(dim, options, *, warmup) -> Params``
     Validated options for a chain of dimension ``dim`` whose first ``warmup``
     iterations are warm-up. Unknown options raise :class:`OptionError`. Every sampler's
-    is :func:`core.options.params_parser` of its ``Params``.
+    is :func:`core.interface.options.params_parser` of its ``Params``.
 ``init(position, params, *, seed, chain) -> State``
     A chain waiting for its initial point to be evaluated.
 ``ask(state, params) -> Proposal``
@@ -267,7 +267,7 @@ TellGradientMany = Callable[
     list[tuple[S, StepInfo]],
 ]
 """Many chains' ``tell_gradient`` at once: ``tell_gradient_many(states, params, proposals,
-logdensities, gradients)``, the same results bit for bit (:func:`core.batch.tell_many`)."""
+logdensities, gradients)``, the same results bit for bit (:func:`core.running.batch.tell_many`)."""
 """A gradient sampler's tell: ``tell_gradient(state, params, proposal, logdensity,
 gradient)``."""
 
@@ -343,14 +343,14 @@ class Sampler(Generic[S, P]):
         The ask/tell interface.
     ask_many
         ``ask_many(states, params)``: many chains' ``ask`` in one call, the same
-        proposals bit for bit, which :func:`core.batch.ask_many` uses when the sampler
+        proposals bit for bit, which :func:`core.running.batch.ask_many` uses when the sampler
         has it (``nuts``: its chains' leapfrog points as arrays); ``None``: chain by chain.
     chain_floats
         ``chain_floats(dim, params)``: the floats one chain keeps and works with, at most
-        (:mod:`core.memory` turns them into bytes, for the budgets).
+        (:mod:`core.interface.memory` turns them into bytes, for the budgets).
     metropolis_adapt
         A sampler that is :func:`metropolis_tell` with this adaptation, so that many
-        chains' accept decisions can be drawn at once (:func:`core.batch.tell_many`);
+        chains' accept decisions can be drawn at once (:func:`core.running.batch.tell_many`);
         ``None``: each chain is told through ``tell``.
     evaluation
         What a told result must carry (:class:`Evaluation`).
@@ -370,7 +370,7 @@ class Sampler(Generic[S, P]):
     tell_gradient_many
         ``tell_gradient_many(states, params, proposals, logdensities, gradients)``: many
         chains' ``tell_gradient`` in one call, the same results bit for bit, which
-        :func:`core.batch.tell_many` uses when the sampler has it (``nuts``: its chains'
+        :func:`core.running.batch.tell_many` uses when the sampler has it (``nuts``: its chains'
         leapfrog arithmetic as arrays); ``None``: chain by chain.
     tell_parts
         ``tell_parts(state, params, proposal, parts)``: ``tell`` for a sampler told its
@@ -381,14 +381,14 @@ class Sampler(Generic[S, P]):
     weighted
         Whether the draws are importance samples, each with its log weight recorded as
         the statistic ``log_weight`` (``importance``): their diagnostics are the
-        weights' (:mod:`core.assess`), not a Markov chain's.
+        weights' (:mod:`core.diagnostics.assess`), not a Markov chain's.
     mixture_log_weights
         ``mixture_log_weights(states, params, draws, log_density)``: for a weighted
         sampler, the log weights of draws against the mixture of the chains'
         proposals, from their final ``states``.
     modes
         ``modes(states)``: for a weighted sampler, the chains grouped by the mode their
-        proposals found (:func:`core.assess.mode_findings`).
+        proposals found (:func:`core.diagnostics.assess.mode_findings`).
     multistep
         Whether a transition may take several evaluations, each its ``step``, without
         gradients (``gibbs``: one per block update; ``tempering``: one per rung); a sampler with ``tell_gradient``
@@ -411,7 +411,7 @@ class Sampler(Generic[S, P]):
         ``ensemble_size(params)``: for a sampler whose chain is an ensemble of walkers
         updated in turn (``ensemble``; ``smc``'s population of particles), the walkers
         ``W``: iteration ``t`` records walker ``t mod W``, and the assessment judges the
-        draws as ``W`` interleaved walkers (:mod:`core.autocorr`; ``smc``'s as a
+        draws as ``W`` interleaved walkers (:mod:`core.diagnostics.autocorr`; ``smc``'s as a
         population, ``population``).
         ``None``: the draws are one chain's.
     population
@@ -420,7 +420,7 @@ class Sampler(Generic[S, P]):
         tempering), the factor ``kappa`` by which its resampling inflates the variance of
         what its particles keep through the run (the mode each sits in) over that of
         independent particles. The assessment then reads each chain's population as a
-        whole, not each walker as a chain (:mod:`core.population`). ``None``: the
+        whole, not each walker as a chain (:mod:`core.diagnostics.population`). ``None``: the
         walkers are read as chains.
     needs_parts
         ``needs_parts(params)``: whether, with these options, every told result must give
@@ -438,7 +438,7 @@ class Sampler(Generic[S, P]):
         depend on one another's told values (an ensemble's half-step, a population's
         sweep, a ladder's rungs, independent draws), how many of them, from the
         outstanding one on, ``ask_ahead`` can give now: the rest of the chain's *round*,
-        at least 1 (:mod:`core.rounds`). ``None``: a round is one evaluation.
+        at least 1 (:mod:`core.populations.rounds`). ``None``: a round is one evaluation.
     ask_ahead
         ``ask_ahead(state, params, k)``: the proposal ``k`` evaluations after the
         outstanding one (``0 <= k < round_size``): what ``ask`` gives once the ``k``
@@ -446,8 +446,8 @@ class Sampler(Generic[S, P]):
     chain_evidence
         ``chain_evidence(states, params) -> (evidence, findings)``: for a Markov chain
         sampler that estimates the evidence in its chains' states (``tempering``, ``smc``), the
-        :class:`core.evidence.Evidence` (``None`` before there is one) and its warnings
-        (:class:`core.checks.Finding`), which :func:`core.assess.assess` reports.
+        :class:`core.populations.evidence.Evidence` (``None`` before there is one) and its warnings
+        (:class:`core.diagnostics.findings.Finding`), which :func:`core.diagnostics.assess.assess` reports.
     """
 
     name: str
@@ -532,7 +532,7 @@ def tell_one(
 def metropolis_ask(state: S, params: P, propose: Propose[S, P]) -> Proposal:
     """The ``ask`` every sampler shares: the initial point while it is not evaluated,
     else ``propose``'s point for the next iteration, drawn from that iteration's
-    proposal stream (:class:`core.rng.Stream`)."""
+    proposal stream (:class:`core.numerics.rng.Stream`)."""
     if state.logdensity is None:
         return Proposal(state.iteration, "init", state.position)
     t = state.iteration + 1

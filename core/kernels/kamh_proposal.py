@@ -53,7 +53,7 @@ def covariance_cholesky(gamma2: float, scale2: float, M: FloatArray) -> FloatArr
     the computed matrix indefinite; then ``R + delta I`` with the smallest ``delta`` of
     ``10^-12, 10^-10, ...`` times its mean diagonal that factors is used. Sampling and
     both densities go through this one function, so the proposal stays consistent. (Not
-    :func:`core.linalg.jittered_cholesky`, which would change the draws: see there.)
+    :func:`core.numerics.linalg.jittered_cholesky`, which would change the draws: see there.)
     """
     n, d = M.shape
     m = vecmat(np.ones(n), M)

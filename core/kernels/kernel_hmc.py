@@ -3,7 +3,7 @@
 Kernel HMC (Strathmann, Sejdinovic, Livingstone, Szabo and Gretton 2015,
 "Gradient-free Hamiltonian Monte Carlo with efficient kernel exponential families")
 proposes by running leapfrog on the gradient of a surrogate ``f ~ log pi`` fitted to the
-chain's history by score matching (:mod:`core.score_matching`), and accepts with the
+chain's history by score matching (:mod:`core.kernels.score_matching`), and accepts with the
 true, or pseudo-marginal estimated, log density: one evaluation per iteration and no
 gradient from the client.
 
@@ -25,7 +25,7 @@ for the first fit is gathered meanwhile. At the first fit the leapfrog step size
 at ``s`` (unless the ``step_size`` option is set): the adapted random-walk scale is of
 the order of the target's scale over ``sqrt(d)``, as a stable leapfrog step is.
 
-Adaptation (modes as in :mod:`core.adaptation`). The history is every chain state of the
+Adaptation (modes as in :mod:`core.tuning.adaptation`). The history is every chain state of the
 warm-up (``"warmup"``) or of the whole run (``"diminishing"``). With the adaptation
 probability ``p_t`` (1 during warm-up in ``"warmup"`` mode, ``t^-1/2`` in
 ``"diminishing"`` mode) an iteration adapts the random-walk scale or the step size by
@@ -98,7 +98,7 @@ RW_TARGET_ACCEPTANCE = 0.234  # of the random walk used before the surrogate is 
 class KMCParams(PreconditionOptions):
     """Options shared by the kernel HMC variants: ``preconditioning``,
     ``precondition_iterations`` and ``initial_scale``
-    (:class:`core.preconditioning.PreconditionOptions`), and
+    (:class:`core.tuning.preconditioning.PreconditionOptions`), and
 
     Attributes
     ----------
@@ -209,7 +209,7 @@ S = TypeVar("S", bound=KMCState)
 
 
 class Surrogate(Protocol):
-    """A fitted surrogate ``f ~ log pi`` (:mod:`core.score_matching`)."""
+    """A fitted surrogate ``f ~ log pi`` (:mod:`core.kernels.score_matching`)."""
 
     def logdensity(self, x: FloatArray) -> float: ...
 
@@ -247,7 +247,7 @@ def default_bandwidth(points: FloatArray, rng: np.random.Generator) -> float | N
     """The median pairwise distance of ``points`` as the bandwidth ``l``, or ``None`` if
     they hold fewer than two distinct points.
 
-    This is ``sqrt(2)`` times :func:`core.rkhs.median_bandwidth`: the median heuristic in
+    This is ``sqrt(2)`` times :func:`core.kernels.rkhs.median_bandwidth`: the median heuristic in
     the form ``k = exp(-||x - y||^2 / (2 median^2))``. Score matching fits the smooth,
     roughly quadratic log densities around a mode better with this wider kernel than
     with ``exp(-||x - y||^2 / median^2)``: on correlated Gaussians in 2 to 8 dimensions
@@ -289,7 +289,7 @@ def leapfrog(
     """
     q = np.array(position, dtype=np.float64)
     # A trajectory that overflows ends non-finite, and its proposal is replaced by
-    # staying put (core.base.metropolis_ask): no warning on the way.
+    # staying put (core.interface.sampler.metropolis_ask): no warning on the way.
     with np.errstate(over="ignore", invalid="ignore"):
         p = momentum + 0.5 * step_size * gradient(q)
         for step in range(num_steps):
@@ -369,7 +369,7 @@ def variant(
     """The ``ask`` and ``tell`` of a kernel HMC variant, from how it builds its surrogate
     from a state, how it enters a state into its history and how it carries its history
     over to a new preconditioner in warm-up: :func:`ask` and :func:`tell` on that
-    surrogate, inside the preconditioning (:mod:`core.preconditioning`)."""
+    surrogate, inside the preconditioning (:mod:`core.tuning.preconditioning`)."""
 
     def kernel_ask(state: S, params: Any) -> Proposal:
         return ask(state, params, surrogate(state))

@@ -20,7 +20,7 @@ finite (primal)
     ``u_j ~ U[0, 2 pi)``. The sufficient statistics are updated online, ``O(d m^2)``
     per point, so the history need not be kept.
 
-Both use the Gaussian kernel with the canonical bandwidth ``l`` of :mod:`core.rkhs`,
+Both use the Gaussian kernel with the canonical bandwidth ``l`` of :mod:`core.kernels.rkhs`,
 ``k(x, y) = exp(-||x - y||^2 / (2 l^2))``. The lite formulas of the paper are written
 for ``exp(-||x - y||^2 / sigma)``, so ``sigma = 2 l^2`` here (a squared scale).
 """
@@ -98,7 +98,7 @@ def lite_statistics(
     z = np.asarray(centres, dtype=np.float64)
     sigma = 2.0 * bandwidth * bandwidth
     sq = squared_distances(z, z)
-    K = exp(sq / -sigma)  # from sq, which b and C need too, not core.rkhs
+    K = exp(sq / -sigma)  # from sq, which b and C need too, not core.kernels.rkhs
     Ksq = K * sq
     b = (2.0 / sigma) * Ksq.sum(axis=1) - z.shape[1] * K.sum(axis=1)
     # (z_i - z_k).(z_j - z_k) = (|z_i - z_k|^2 + |z_j - z_k|^2 - |z_i - z_j|^2) / 2
@@ -300,7 +300,7 @@ def _qr_update(R: FloatArray, P: FloatArray) -> FloatArray:
     """The upper triangular factor of the QR factorisation of ``[R; P]``, ``R`` upper
     triangular ``(m, m)``, ``P`` of shape ``(r, m)``: one Householder reflection per
     column, which zeroes that column of ``P`` into the diagonal of ``R`` (LAPACK's
-    ``dtpqrt`` with ``l = 0``, in :mod:`core.arithmetic`'s reproducible operations).
+    ``dtpqrt`` with ``l = 0``, in :mod:`core.numerics.arithmetic`'s reproducible operations).
     ``O(r m^2)``; ``R`` and ``P`` are not modified. The diagonal may come out negative.
     """
     R = np.array(R, dtype=np.float64)

@@ -61,7 +61,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-FloatArray = npt.NDArray[np.float64]  # as core.base's (which imports this module)
+FloatArray = npt.NDArray[np.float64]  # as core.interface.sampler's (which imports this module)
 
 __all__ = [
     "cholesky",

@@ -1,4 +1,4 @@
-"""Small dense linear algebra shared by the samplers (on :mod:`core.arithmetic`, the
+"""Small dense linear algebra shared by the samplers (on :mod:`core.numerics.arithmetic`, the
 same bits on every CPU), and the process's BLAS setting."""
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ def single_threaded_blas() -> Any:
     """Limit BLAS to one thread; usable as a context manager, or called once for the
     whole process.
 
-    The samplers' draws do not go through BLAS (:mod:`core.arithmetic`), so the thread
+    The samplers' draws do not go through BLAS (:mod:`core.numerics.arithmetic`), so the thread
     count does not change them; what still uses BLAS (diagnostics, user code in the same
     process) works on small matrices, which threads would not make faster, and a
     service process or an in-process run should not compete with its neighbours for
-    cores: :func:`core.run.run_chain` runs within this context, the service limits its
+    cores: :func:`core.running.inprocess.run_chain` runs within this context, the service limits its
     whole process.
     """
     return threadpool_limits(limits=1, user_api="blas")
@@ -45,9 +45,9 @@ def jittered_cholesky(matrix: FloatArray) -> FloatArray:
         If none of them factors (the matrix is far from positive definite) or it is not
         finite.
 
-    The factor is :func:`core.arithmetic.cholesky`'s, the same bits on every CPU.
+    The factor is :func:`core.numerics.arithmetic.cholesky`'s, the same bits on every CPU.
     KAMH's proposal covariance has its own jitter schedule
-    (``core.kamh_proposal.covariance_cholesky``): cumulative, in steps of 100.
+    (``core.kernels.kamh_proposal.covariance_cholesky``): cumulative, in steps of 100.
     """
     if not np.all(np.isfinite(matrix)):
         raise np.linalg.LinAlgError("the matrix is not finite")

@@ -1,6 +1,6 @@
 """Philox4x64-10 over arrays: the random numbers of many chains in a few numpy operations.
 
-:func:`core.rng.generator` gives one chain's stream for one iteration as a numpy
+:func:`core.numerics.rng.generator` gives one chain's stream for one iteration as a numpy
 ``Generator`` on a ``Philox`` bit generator keyed by ``(seed, chain)`` with the counter
 ``(0, 0, stream, iteration)``. Stepping 256 chains that way means 256 Python calls that
 each set a generator's key and counter. Philox is a counter-based generator (Salmon,
@@ -65,7 +65,7 @@ def raw(
 ) -> U64:
     """The first ``count`` 64-bit words of each chain's stream, shape ``(n, count)``.
 
-    Row ``i`` equals ``core.rng.generator(seed[i], chain[i], iteration[i],
+    Row ``i`` equals ``core.numerics.rng.generator(seed[i], chain[i], iteration[i],
     stream).bit_generator.random_raw(count)``; ``seed``, ``chain`` and ``iteration``
     broadcast to one shape ``(n,)``.
     """
@@ -87,6 +87,6 @@ def uniforms(
     seed: npt.ArrayLike, chain: npt.ArrayLike, iteration: npt.ArrayLike, stream: int, count: int
 ) -> npt.NDArray[np.float64]:
     """Uniforms on ``[0, 1)``, shape ``(n, count)``: row ``i`` equals
-    ``core.rng.generator(seed[i], chain[i], iteration[i], stream).random(count)``."""
+    ``core.numerics.rng.generator(seed[i], chain[i], iteration[i], stream).random(count)``."""
     words = raw(seed, chain, iteration, stream, count) >> np.uint64(11)
     return words.astype(np.float64) * _TO_UNIT

@@ -1,7 +1,7 @@
 """Adaptive annealing's arithmetic on a weighted population: the conditional effective
 sample size of a step's incremental weights, the step that keeps it at a set fraction
 (by bisection), systematic resampling, and ``log mean exp`` of log weights, with the
-machine-independent exp and log (:mod:`core.arithmetic`): the same bits on every CPU.
+machine-independent exp and log (:mod:`core.numerics.arithmetic`): the same bits on every CPU.
 
 ``smc`` steps its inverse temperature ``beta`` (incremental weights ``exp(delta l)``)
 and, in the likelihood mode, its bridge's ``alpha`` from the reference to the prior

@@ -152,7 +152,7 @@ def pareto_k(log_weights: FloatArray) -> float:
 def summaries(
     names: Sequence[str], draws: FloatArray, log_weights: FloatArray
 ) -> list[ParameterSummary]:
-    """Per parameter, as :func:`core.diagnostics.summarize` reports MCMC draws, for
+    """Per parameter, as :func:`core.diagnostics.summary.summarize` reports MCMC draws, for
     weighted draws ``(chains, draws, d)`` pooled: the weighted mean and sd, the Monte
     Carlo error of the mean ``sd / sqrt(ESS)``, Kish's ESS as both ESS figures, and no
     R-hat (the draws are not chains)."""

@@ -1,19 +1,19 @@
 """Many chains of one sampler stepped together: ``ask_many`` and ``tell_many``.
 
-A service ``step`` with 256 chains, or :func:`core.run.sample` with its chains side by
+A service ``step`` with 256 chains, or :func:`core.running.inprocess.sample` with its chains side by
 side, asks and tells every chain of a session at once. Called chain by chain, a
 Metropolis ``tell`` spends most of its time in Python around a little arithmetic: it
 keys a Philox generator for the iteration's accept stream, draws two uniforms, decides,
 and builds the new state. Here the accept streams of all the chains come out of one
-:func:`core.philox.uniforms` call, arrays in and out, and only the decision and the
+:func:`core.numerics.philox.uniforms` call, arrays in and out, and only the decision and the
 sampler's adaptation run per chain, through the very functions the per-chain ``tell``
 uses. The result is bit for bit the per-chain result (``tests/core/test_batch.py``
 checks it for every sampler, over whole runs), whatever the batch: chains may be at
 different iterations, in warm-up or past it, waiting for their initial point, or told
 ``-inf``.
 
-A sampler takes part by giving its record (:class:`core.base.Sampler`) the adaptation its
-``tell`` hands to :func:`core.base.metropolis_tell`, as ``metropolis_adapt``, or batched
+A sampler takes part by giving its record (:class:`core.interface.sampler.Sampler`) the adaptation its
+``tell`` hands to :func:`core.interface.sampler.metropolis_tell`, as ``metropolis_adapt``, or batched
 parts of its own: ``tell_gradient_many`` and ``ask_many`` (``nuts``, whose leapfrog
 points each cost a tell of small-vector arithmetic: its chains' half-steps, kinetic
 energies and U-turn tests are computed as arrays, its trees' bookkeeping chain by
@@ -78,7 +78,7 @@ def tell_many(
     ``accept``: the two accept-stream uniforms of each chain told a proposal (not an
     initial point), in order, when the caller drew them already (:func:`accept_block`
     draws many iterations' at once); else they are drawn here. ``gradients``: the told
-    gradients, for a sampler that needs them (:func:`core.base.tell_one`), told through
+    gradients, for a sampler that needs them (:func:`core.interface.sampler.tell_one`), told through
     its ``tell_gradient_many`` when it has one (``nuts``), else chain by chain; ``parts``: the told parts of the target, likewise, for a sampler
     told them (``sgld``); ``draws``: the client's draws at conditional proposals, for a
     sampler told them (``gibbs``), likewise.
@@ -152,7 +152,7 @@ def accept_uniforms(
     states: Sequence[Any], proposals: Sequence[Proposal], moving: Sequence[int]
 ) -> Sequence[Sequence[float]]:
     """The two accept-stream uniforms of each chain ``moving`` names, as
-    :func:`core.base.metropolis_transition` draws them."""
+    :func:`core.interface.sampler.metropolis_transition` draws them."""
     if len(moving) < ARRAY_PHILOX_MIN:
         return [
             generator(states[i].seed, states[i].chain, proposals[i].iteration, Stream.ACCEPT)

@@ -1,5 +1,5 @@
 """Chains advanced in process: the recorder of one chain's rows, and many chains of one
-sampler advanced side by side (:func:`advance_together`), as :mod:`core.run` runs them."""
+sampler advanced side by side (:func:`advance_together`), as :mod:`core.running.inprocess` runs them."""
 
 from __future__ import annotations
 
@@ -37,10 +37,10 @@ __all__ = [
 
 LogDensityFn = Callable[..., Any]
 """The log density at a point, a float; for a sampler that needs gradients
-(:class:`core.base.Evaluation`), the pair ``(log density, gradient)``; for one told the
+(:class:`core.interface.sampler.Evaluation`), the pair ``(log density, gradient)``; for one told the
 target in parts (``sgld``), ``f(x, minibatch)`` gives the four ``(log prior, log
 likelihood, prior gradient, likelihood gradient)``, the likelihood's the sum over the
-minibatch's data points (:class:`core.base.Parts`); for ``tempering`` or ``smc`` of the likelihood,
+minibatch's data points (:class:`core.interface.sampler.Parts`); for ``tempering`` or ``smc`` of the likelihood,
 the pair ``(log prior, log likelihood)``."""
 ConditionalFn = Callable[[FloatArray, np.random.Generator], npt.ArrayLike]
 """A draw of one block from its full conditional (``gibbs``): ``draw(x, rng)`` with ``x``
@@ -54,7 +54,7 @@ EvaluateMany = Callable[[list[FloatArray]], list[float]]
 
 @dataclass(frozen=True, eq=False)
 class ChainResult:
-    """What :func:`core.run.run_chain` recorded, one row per transition.
+    """What :func:`core.running.inprocess.run_chain` recorded, one row per transition.
 
     Attributes
     ----------
@@ -183,9 +183,9 @@ _BLOCK = 512
 
 def advance_together(runners: Sequence[Runner], transitions: int) -> None:
     """Advance chains of one sampler and one log density side by side, ``transitions``
-    each: per iteration, every chain's proposal (:func:`core.batch.ask_many`), the log
-    densities, then every chain's step (:func:`core.batch.tell_many`), with the accept
-    streams of many iterations drawn at once (:func:`core.batch.accept_block`). Each
+    each: per iteration, every chain's proposal (:func:`core.running.batch.ask_many`), the log
+    densities, then every chain's step (:func:`core.running.batch.tell_many`), with the accept
+    streams of many iterations drawn at once (:func:`core.running.batch.accept_block`). Each
     chain's draws are those it would make alone; only the order of the log-density
     calls differs. Every chain has its initial point and has made as many transitions
     as the others. With the first runner's ``evaluate_many``, an iteration's log

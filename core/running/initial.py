@@ -8,8 +8,8 @@ user-given ``center`` and a ``radius``, from ``center ± radius``; with a ``cent
 
 A drawn starting point whose log density is ``-inf`` is replaced by the next draw
 (:func:`redraw`), up to ``max_attempts`` points per chain. Draws are pure functions of
-``(seed, chain, attempt)`` (the :data:`core.rng.Stream.INIT` stream, counter = attempt), so
-the service and :func:`core.run.sample` start their chains at the same points, bit for bit.
+``(seed, chain, attempt)`` (the :data:`core.numerics.rng.Stream.INIT` stream, counter = attempt), so
+the service and :func:`core.running.inprocess.sample` start their chains at the same points, bit for bit.
 """
 
 from __future__ import annotations
@@ -80,7 +80,7 @@ def redraw(
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
 ) -> Any:
     """After a drawn starting point was told ``-inf``: ``state`` moved to the next drawn
-    point (its epoch, which numbers the attempts, bumped by :func:`core.base.reset`), or
+    point (its epoch, which numbers the attempts, bumped by :func:`core.interface.sampler.reset`), or
     ``None`` when the start is not drawn (``radius`` is ``None``) or ``max_attempts``
     points were tried."""
     attempt = state.epoch + 1

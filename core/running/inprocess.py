@@ -2,16 +2,16 @@
 
 :func:`run_chain` drives any sampler module of :data:`core.SAMPLERS` through its ask/tell
 interface with a Python log-density function (the chains' recorder is in
-:mod:`core.runner`); :func:`sample` is the two-line API::
+:mod:`core.running.chains`); :func:`sample` is the two-line API::
 
-    from kameleon.core.run import sample
+    from kameleon.core.running.inprocess import sample
     draws = sample(logdensity_fn, dim=2)  # (chains, draws, dim)
 
-``sample`` checks the draws it returns (:func:`core.checks.check`) and emits every
-problem found as a :class:`~core.checks.SamplingWarning`; with ``stop`` it ends early
-once the chains have converged by a :class:`~core.checks.StopRule`. The measures of
+``sample`` checks the draws it returns (:func:`core.diagnostics.findings.check`) and emits every
+problem found as a :class:`~core.diagnostics.findings.SamplingWarning`; with ``stop`` it ends early
+once the chains have converged by a :class:`~core.diagnostics.findings.StopRule`. The measures of
 a run's output (effective sample size, R-hat, standard errors) are in
-:mod:`core.diagnostics`.
+:mod:`core.diagnostics.summary`.
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def run_chain(
     Parameters
     ----------
     sampler
-        A sampler module (see :mod:`core.base`), e.g. ``core.SAMPLERS["am"]``.
+        A sampler module (see :mod:`core.interface.sampler`), e.g. ``core.SAMPLERS["am"]``.
     params
         Its ``Params``, from ``sampler.make_params``.
     logdensity_fn
@@ -94,11 +94,11 @@ def run_chain(
         proposal and never for a point already in the chain.
     initial
         The initial point, shape ``(dim,)``, or ``None``: a point drawn uniformly from
-        ``(-2, 2)^dim`` (see :mod:`core.initial`).
+        ``(-2, 2)^dim`` (see :mod:`core.running.initial`).
     n_iterations
         Number of transitions, warm-up included.
     seed, chain
-        Identify the chain's random numbers (see :mod:`core.rng`).
+        Identify the chain's random numbers (see :mod:`core.numerics.rng`).
     initial_radius
         Draw the starting point uniformly from ``initial ± initial_radius`` per
         coordinate (from ``± initial_radius`` without ``initial``). Default: ``initial``
@@ -108,7 +108,7 @@ def run_chain(
         draw, up to this many points in all.
     conditionals
         For ``gibbs``, a draw function for each conditional block, keyed by the block's
-        place in ``blocks`` (:data:`core.runner.ConditionalFn`).
+        place in ``blocks`` (:data:`core.running.chains.ConditionalFn`).
 
     Raises
     ------
@@ -116,7 +116,7 @@ def run_chain(
         If the initial point is outside the support (and is not drawn, or every drawn
         point was), or ``logdensity_fn`` returns NaN or ``+inf``.
     """
-    with single_threaded_blas():  # see core.linalg
+    with single_threaded_blas():  # see core.numerics.linalg
         runner = Runner(
             sampler,
             params,
@@ -216,7 +216,7 @@ def sample_chains(
     initial
         Initial point: shape ``(dim,)`` for every chain, ``(chains, dim)`` for one per
         chain, or ``None``: each chain starts at its own point drawn uniformly from
-        ``(-2, 2)^dim``, as the service's chains do (see :mod:`core.initial`).
+        ``(-2, 2)^dim``, as the service's chains do (see :mod:`core.running.initial`).
     initial_radius
         Draw each chain's starting point uniformly from ``initial ± initial_radius`` per
         coordinate. Default: ``initial`` exactly when it is given, ``2.0`` when not.
@@ -228,20 +228,20 @@ def sample_chains(
     options
         The algorithm's options (see its ``Params``).
     stop
-        A :class:`~core.checks.StopRule`, or a mapping of its fields such as
+        A :class:`~core.diagnostics.findings.StopRule`, or a mapping of its fields such as
         ``{"rhat": 1.01, "ess": 400, "check_every": 1000}``: after every
         ``check_every`` post-warm-up iterations of every chain, stop if every parameter
         meets the rule on the draws so far. The draws then end there (a multiple of
         ``check_every``, fewer than ``iterations``), else at ``iterations``.
     warn
-        Check the draws (see :func:`core.checks.check`) and emit each problem found as a
-        :class:`~core.checks.SamplingWarning`.
+        Check the draws (see :func:`core.diagnostics.findings.check`) and emit each problem found as a
+        :class:`~core.diagnostics.findings.SamplingWarning`.
     evaluate_many
         Evaluates the log densities of every chain's proposal of an iteration in one call
         (a thread or process pool, or one vectorised call); default: ``logdensity_fn``
         once per chain. The initial points are evaluated by ``logdensity_fn``.
     max_bytes
-        Refuse, before allocating, a run whose memory (:func:`core.memory.inprocess_bytes`,
+        Refuse, before allocating, a run whose memory (:func:`core.interface.memory.inprocess_bytes`,
         the service's model of a chain plus the recorded rows) would pass this; default
         :func:`memory_limit`.
     conditionals
@@ -278,7 +278,7 @@ def sample_chains(
     )
     total = warmup + iterations
     names = [f"x{i}" for i in range(dim)]
-    with single_threaded_blas():  # see core.linalg
+    with single_threaded_blas():  # see core.numerics.linalg
         params = sampler.make_params(dim, options or {}, warmup=warmup)
         need = inprocess_bytes(algorithm, dim, chains, params, total)
         limit = memory_limit() if max_bytes is None else max_bytes
@@ -342,7 +342,7 @@ def assess_results(
     names: Sequence[str],
     warmup: int,
 ) -> Assessment:
-    """:func:`core.assess.assess` of the chains' post-warm-up draws, cut to the
+    """:func:`core.diagnostics.assess.assess` of the chains' post-warm-up draws, cut to the
     shortest chain."""
     n = min((len(r.draws) for r in results), default=0)
     kept = slice(warmup, max(n, warmup))
@@ -370,7 +370,7 @@ def trajectory_stats(
     results: Sequence[ChainResult], warmup: int
 ) -> tuple[FloatArray | None, FloatArray | None]:
     """The post-warm-up ``divergent`` and ``energy`` arguments of
-    :func:`core.checks.check` from the chains' recorded statistics (``None`` where the
+    :func:`core.diagnostics.findings.check` from the chains' recorded statistics (``None`` where the
     sampler records none)."""
 
     def stacked(name: str) -> FloatArray | None:

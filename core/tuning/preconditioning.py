@@ -236,7 +236,7 @@ def _regularised_cholesky(moments: Welford, dense: bool, prior: FloatArray) -> F
     previous estimate ``P = prior prior^T``, ``S = (n Sigma + n0 P) / (n + n0)`` with
     ``n0 =`` :data:`PRIOR_STATES` (only its diagonal unless ``dense``), or ``None`` if
     the window is too short or never moved in some coordinate, or its covariance is not
-    usable (:func:`core.adaptation.usable_covariance`: the chain drifts on a flat or
+    usable (:func:`core.tuning.adaptation.usable_covariance`: the chain drifts on a flat or
     unbounded target).
 
     The shrinkage keeps a short window that moved along a few directions only from

@@ -13,9 +13,9 @@ post-warm-up mean is within 4 Monte Carlo standard errors of the truth, every sd
 10 % of it, and, where marginal quantiles are known (heavy tails, whose sample sd is no
 guide), the fraction of draws below each true quantile within 4 standard errors of its
 level (the standard error ``sqrt(q (1 - q) / ESS)`` with the bulk ESS). Whatever the
-case, a sampler that is not right must say so: a warning (:mod:`core.checks`). On a **hard** case (Neal's funnel, the centred eight-schools
+case, a sampler that is not right must say so: a warning (:mod:`core.diagnostics.findings`). On a **hard** case (Neal's funnel, the centred eight-schools
 hierarchy, a well-separated two-component mixture) it must raise at least one
-convergence warning (:mod:`core.checks`): a confident clean exit there is the failure.
+convergence warning (:mod:`core.diagnostics.findings`): a confident clean exit there is the failure.
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ class Case:
         known: for heavy tails, whose sample sd converges too slowly to judge by.
     coverage
         The quantile-coverage metric of the MCMC Kameleon paper, where exact
-        (``quantile_coverage`` of :mod:`core.targets`): its mean error over the levels
+        (``quantile_coverage`` of :mod:`core.validation.targets`): its mean error over the levels
         0.1..0.9 is reported, not judged.
     hard
         A known hard case: no Markov chain here need be right, every one must warn.
@@ -335,7 +335,7 @@ def _as_chains(
 ) -> FloatArray:
     """Post-warm-up ``draws`` as the chains their MCSE, R-hat and ESS are computed on: as
     they are, but for an ensemble each walker's whole sweeps as a chain, as
-    :func:`core.assess.summaries_of` reads them (its interleaved walkers would hide the
+    :func:`core.diagnostics.assess.summaries_of` reads them (its interleaved walkers would hide the
     autocorrelation at lags of a sweep)."""
     if sampler.ensemble_size is None:
         return draws
@@ -364,7 +364,7 @@ def run_case(
     ``evaluations`` counts transitions, ``chains * (warmup + iterations)``, for every
     sampler: a gradient sampler's evaluation includes the gradient, and its first chain's
     gradient check (``2 dim`` evaluations or more at the initial point, see
-    :mod:`core.gradient_check`) is not counted, as no sampler's initial point is.
+    :mod:`core.gradients.check`) is not counted, as no sampler's initial point is.
     """
     fn: Callable[[FloatArray], Any] = case.logdensity
     if SAMPLERS[algorithm].evaluation.gradient:
@@ -400,7 +400,7 @@ def run_case(
     if sampler.weighted:  # importance samples: every estimate is weighted
         params = sampler.make_params(case.dim, options or {}, warmup=warmup)
         names = [f"x{i}" for i in range(case.dim)]
-        # The assessment's weighted summaries (core.evidence), and its weights for the
+        # The assessment's weighted summaries (core.populations.evidence), and its weights for the
         # quantiles.
         assessment = assess_results(sampler, params, results, names, warmup)
         log_w, evidence = assessment.log_weights, assessment.evidence

@@ -33,7 +33,7 @@ from scipy import stats
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kameleon.core import SAMPLERS
-from kameleon.core.interface.sampler import frozen_array
+from kameleon.core.interface.chain import frozen_array
 from kameleon.core.running.inprocess import sample_chains
 from kameleon.core.validation.targets import Banana, quantile_error
 

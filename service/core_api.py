@@ -14,22 +14,13 @@ from kameleon.core.diagnostics.assess import assess
 from kameleon.core.diagnostics.findings import CODES, StopRule
 from kameleon.core.diagnostics.population import population_summaries
 from kameleon.core.diagnostics.summary import MIN_DRAWS, ess_bulk, rhat
+from kameleon.core.interface.chain import FloatArray, Parts, Proposal, StepInfo, reset
 from kameleon.core.interface.codec import CodecError, Memo, cold_changed, decode, encode
 from kameleon.core.interface.defaults import CHAINS, ITERATIONS, WARMUP
 from kameleon.core.interface.memory import COPIES, chain_bytes, chain_floats
 from kameleon.core.interface.memory import describe as describe_memory
 from kameleon.core.interface.options import OptionError, describe_params
-from kameleon.core.interface.sampler import (
-    FloatArray,
-    Parts,
-    Proposal,
-    Sampler,
-    StepInfo,
-    reset,
-    takes_steps,
-    tell_one,
-    transition_stats,
-)
+from kameleon.core.interface.sampler import Sampler, takes_steps, tell_one, transition_stats
 from kameleon.core.numerics.linalg import single_threaded_blas
 from kameleon.core.populations.consensus import ConsensusError, combine, shard_warnings
 from kameleon.core.populations.rounds import offset as round_offset

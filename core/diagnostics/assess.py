@@ -38,7 +38,8 @@ from kameleon.core.diagnostics.population import (
     short_run_findings,
 )
 from kameleon.core.diagnostics.summary import MIN_DRAWS, ParameterSummary, summarize
-from kameleon.core.interface.sampler import FloatArray, Sampler
+from kameleon.core.interface.chain import FloatArray
+from kameleon.core.interface.sampler import Sampler
 from kameleon.core.populations.evidence import K_BAD, Evidence, evidence, summaries
 
 __all__ = [

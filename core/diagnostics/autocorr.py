@@ -24,7 +24,7 @@ import math
 import numpy as np
 import numpy.typing as npt
 
-from kameleon.core.interface.sampler import FloatArray
+from kameleon.core.interface.chain import FloatArray
 
 __all__ = [
     "MIN_TIMES",

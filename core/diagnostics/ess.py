@@ -17,7 +17,7 @@ import numpy.typing as npt
 import scipy.fft
 import scipy.special
 
-from kameleon.core.interface.sampler import FloatArray
+from kameleon.core.interface.chain import FloatArray
 
 __all__ = [
     "Ranked",

@@ -85,7 +85,7 @@ import numpy.typing as npt
 from kameleon.core.diagnostics.stopping import StopRule
 from kameleon.core.diagnostics.summary import MIN_DRAWS, ParameterSummary, chain_mean_z, summarize
 from kameleon.core.diagnostics.trajectory_checks import trajectory_findings
-from kameleon.core.interface.sampler import FloatArray
+from kameleon.core.interface.chain import FloatArray
 
 __all__ = [
     "ACCEPTANCE_MAX",

@@ -118,7 +118,7 @@ import scipy.stats
 from kameleon.core.diagnostics.autocorr import integrated_time
 from kameleon.core.diagnostics.findings import Finding, chain_mean_findings
 from kameleon.core.diagnostics.summary import ParameterSummary
-from kameleon.core.interface.sampler import FloatArray
+from kameleon.core.interface.chain import FloatArray
 
 __all__ = [
     "AGREEMENT_LEVEL",

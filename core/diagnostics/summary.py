@@ -56,7 +56,7 @@ from kameleon.core.diagnostics.ess import (
     split_chains,
     tail_ess,
 )
-from kameleon.core.interface.sampler import FloatArray
+from kameleon.core.interface.chain import FloatArray
 
 __all__ = [
     "MIN_DRAWS",

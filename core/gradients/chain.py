@@ -19,13 +19,8 @@ import numpy as np
 
 from kameleon.core.gradients.check import start_check
 from kameleon.core.gradients.warmup import DualAveraging, MetricWindow, initial_step_size
-from kameleon.core.interface.sampler import (
-    FloatArray,
-    OptionError,
-    StepInfo,
-    frozen_array,
-    new_chain_fields,
-)
+from kameleon.core.interface.chain import FloatArray, StepInfo, frozen_array, new_chain_fields
+from kameleon.core.interface.sampler import OptionError
 
 __all__ = [
     "WARMUP_COLD_FIELDS",

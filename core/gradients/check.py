@@ -33,8 +33,8 @@ from typing import Any
 
 import numpy as np
 
+from kameleon.core.interface.chain import Proposal, StepInfo, frozen_array
 from kameleon.core.interface.codec import register
-from kameleon.core.interface.sampler import Proposal, StepInfo, frozen_array
 
 __all__ = ["Check", "GradientMismatch", "check_ask", "check_tell", "start_check"]
 

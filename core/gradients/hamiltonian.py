@@ -26,7 +26,7 @@ import math
 import numpy as np
 import numpy.typing as npt
 
-from kameleon.core.interface.sampler import FloatArray
+from kameleon.core.interface.chain import FloatArray
 from kameleon.core.numerics.arithmetic import cholesky, dot, exp1, log1, matvec, solve_upper
 
 __all__ = [

@@ -38,8 +38,8 @@ from typing import Any
 
 import numpy as np
 
+from kameleon.core.interface.chain import FloatArray, frozen_array
 from kameleon.core.interface.codec import register
-from kameleon.core.interface.sampler import FloatArray, frozen_array
 from kameleon.core.numerics.arithmetic import cholesky, dot, exp1, log1, matvec, pow1
 from kameleon.core.tuning.adaptation import MAX_VARIANCE
 

@@ -11,7 +11,7 @@ in a typed record, ``SAMPLER`` (:class:`Sampler`), which is what the registry
     session sets. Every other field has a documented default; the :func:`core.interface.options.parse_params`
     helper validates a plain mapping of options into it.
 ``State``
-    A frozen dataclass, a subclass of :class:`ChainState` (the fields every chain has),
+    A frozen dataclass, a subclass of :class:`core.interface.chain.ChainState` (the fields every chain has),
     that carries everything the next transition needs and nothing random: randomness
     comes from :func:`core.numerics.rng.generator`. Arrays in a state are read-only float64 numpy
     arrays; a new state never shares a writeable buffer with an old one.
@@ -37,227 +37,42 @@ in another process, another language, or as the log of an unbiased estimate
 (pseudo-marginal MCMC). The current state's log density is cached in the state and
 never asked for again; only proposals are evaluated.
 
-What every sampler's ``ask`` and ``tell`` have in common is here: :func:`metropolis_ask`
-hands out the initial point and draws the proposal stream, and a sampler gives only its
-proposal; :func:`metropolis_tell` checks the told value, accepts or rejects, and a
-sampler gives only its adaptation.
+What every chain's state and results are made of is in :mod:`core.interface.chain`;
+what every sampler's ``ask`` and ``tell`` have in common is in
+:mod:`core.interface.metropolis`: :func:`~core.interface.metropolis.metropolis_ask` hands
+out the initial point and draws the proposal stream, and a sampler gives only its
+proposal; :func:`~core.interface.metropolis.metropolis_tell` checks the told value,
+accepts or rejects, and a sampler gives only its adaptation.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import math
-import operator
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, Literal, Protocol, TypeVar
+from typing import Any, Generic
 
-import numpy as np
-import numpy.typing as npt
-
+from kameleon.core.interface.chain import FloatArray, P, Parts, Proposal, S, StepInfo
+from kameleon.core.interface.metropolis import Adapt
 from kameleon.core.interface.options import MakeParams, OptionError, params_parser, parse_params
-from kameleon.core.numerics.arithmetic import exp1, log1
-from kameleon.core.numerics.rng import Stream, generator
 
 __all__ = [
-    "Adapt",
-    "ChainParams",
-    "ChainState",
     "Evaluation",
-    "FloatArray",
     "MakeParams",
     "OptionError",
-    "Outcome",
-    "Parts",
-    "Proposal",
-    "ProposalKind",
-    "Propose",
     "Sampler",
-    "StepInfo",
     "TellDraw",
     "TellGradient",
     "TellGradientMany",
     "TellParts",
-    "accept_or_reject",
-    "check_tell",
-    "frozen_array",
-    "metropolis_accept",
-    "metropolis_ask",
-    "metropolis_tell",
-    "metropolis_transition",
-    "new_chain_fields",
     "params_parser",
     "parse_params",
-    "reset",
     "takes_steps",
-    "tell_initial",
     "tell_one",
     "transition_stats",
 ]
 
-FloatArray = npt.NDArray[np.float64]
-Outcome = Literal["initialized", "outside_support", "accepted", "rejected", "step"]
-"""What a tell did: ``"step"`` is an intermediate evaluation of a transition that needs
-several (a leapfrog point of an HMC trajectory, a point of a gradient check): the chain
-made no transition and records no draw."""
-ProposalKind = Literal[
-    "init", "proposal", "leapfrog", "gradient_check", "minibatch", "conditional", "tempered"
-]
-
-
-def frozen_array(values: Any) -> FloatArray:
-    """A read-only float64 copy of ``values``."""
-    arr = np.array(values, dtype=np.float64)
-    arr.flags.writeable = False
-    return arr
-
-
-@dataclass(frozen=True, slots=True)
-class Proposal:
-    """A point that a chain needs evaluated.
-
-    Attributes
-    ----------
-    iteration
-        The iteration this proposal belongs to; 0 is the chain's initial point.
-    kind
-        ``"init"`` for the initial point, ``"proposal"`` for a Metropolis-Hastings
-        proposal (the last evaluation of a transition); a transition that needs several
-        evaluations hands out the ones before its last as ``"leapfrog"`` (a point of a
-        Hamiltonian trajectory) or ``"gradient_check"`` (a point of the finite-difference
-        check of a told gradient); ``gibbs`` hands out each block's Metropolis-Hastings
-        update as ``"proposal"`` (the outcome ``"step"`` says the sweep goes on), and a
-        block that the client draws from its full conditional as ``"conditional"``, at
-        the chain's current point (``block``, ``indices``); ``tempering`` hands out its
-        hot rungs' proposals as ``"tempered"``.
-    position
-        The point, shape ``(dim,)``.
-    log_correction
-        Everything in the log acceptance ratio that is not the target, where it is
-        known before the point is evaluated: for an asymmetric proposal
-        ``log q(x | x*) - log q(x* | x)``, for the kernel samplers' surrogate HMC the
-        change in the momentum's log density. Zero for symmetric proposals, and for
-        the gradient samplers, whose corrections need the gradient at the point and are
-        computed when it is told.
-    step
-        The evaluation's place in its transition, from 0: a transition's evaluations
-        are handed out one at a time, each after the one before it is told. 0 for every
-        proposal of a sampler that evaluates once per transition.
-    minibatch
-        The indices of the data points whose log likelihood is asked for, sorted
-        (``sgld``, :class:`Evaluation` ``parts``); ``None`` for the whole target.
-    block, indices
-        For a ``"conditional"`` proposal (``gibbs``): the block whose coordinates the
-        client draws from their full conditional, by its place in the sampler's blocks,
-        and its coordinates (from 0, in the block's order); ``None`` otherwise.
-    """
-
-    iteration: int
-    kind: ProposalKind
-    position: FloatArray
-    log_correction: float = 0.0
-    step: int = 0
-    minibatch: tuple[int, ...] | None = None
-    block: int | None = None
-    indices: tuple[int, ...] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class StepInfo:
-    """What one ``tell`` did; returned, never carried in the state."""
-
-    iteration: int
-    outcome: Outcome
-    acceptance_probability: float
-    is_warmup: bool
-
-
-@dataclass(frozen=True, slots=True)
-class ChainState:
-    """The fields every sampler's ``State`` has: each ``State`` is a subclass that adds
-    its own (see :func:`new_chain_fields` for a new chain's values)."""
-
-    position: FloatArray
-    logdensity: float | None  # None: the initial point is not evaluated yet
-    iteration: int  # transitions done; draws recorded
-    accepted: int  # accepted transitions
-    epoch: int  # times a new initial point was set
-    seed: int
-    chain: int
-
-    def evolve(self, **changes: Any) -> Any:
-        """A copy with ``changes``: :func:`dataclasses.replace` without its checks (a
-        sampler's state has no init-only fields, and one with a ``__post_init__`` goes
-        through ``replace``), about twice as fast, which counts at every transition."""
-        cls = type(self)
-        fields = _FIELDS.get(cls)
-        if fields is None:
-            names = tuple(f.name for f in dataclasses.fields(self))
-            fields = _FIELDS[cls] = (names, frozenset(names), operator.attrgetter(*names))
-        names, known, values = fields
-        if hasattr(cls, "__post_init__"):  # a state that checks itself: let it
-            return dataclasses.replace(self, **changes)
-        if not changes.keys() <= known:
-            raise TypeError(f"{cls.__name__} has no field {sorted(changes.keys() - known)}")
-        new = object.__new__(cls)
-        set_field = object.__setattr__
-        for name, value in zip(names, values(self), strict=True):  # all of them at once
-            set_field(new, name, value)
-        for name, value in changes.items():
-            set_field(new, name, value)
-        return new
-
-
-_FIELDS: dict[type, tuple[tuple[str, ...], frozenset[str], Callable[[Any], tuple[Any, ...]]]] = {}
-
-
-class ChainParams(Protocol):
-    """What every sampler's ``Params`` has: the values the session fixes."""
-
-    @property
-    def dim(self) -> int: ...
-
-    @property
-    def warmup(self) -> int: ...
-
-
-S = TypeVar("S", bound=ChainState)
-P = TypeVar("P", bound=ChainParams)
-
 
 # --------------------------------------------------------------------------- steps
-
-
-def metropolis_accept(
-    logdensity_new: float, logdensity_old: float, log_correction: float, uniform: float
-) -> tuple[bool, float]:
-    """Metropolis-Hastings decision in log space.
-
-    Returns ``(is_accepted, acceptance_probability)`` with the probability clipped to
-    ``min(1, alpha)``. ``-inf`` for the new point (outside the support) always rejects,
-    and so does a ratio that is not a number: a proposal whose correction the arithmetic
-    could not give (a chain near the float range, on an improper target), or log
-    densities near the float range whose difference overflows against an infinite
-    correction.
-    """
-    if logdensity_new == -math.inf:
-        return False, 0.0
-    log_alpha = float(logdensity_new) - float(logdensity_old) + float(log_correction)
-    if math.isnan(log_alpha):
-        return False, 0.0
-    log_alpha = min(0.0, log_alpha)
-    return bool(log1(uniform) < log_alpha), exp1(log_alpha)
-
-
-Propose = Callable[[S, P, np.random.Generator], tuple[npt.ArrayLike, float]]
-"""A sampler's proposal ``propose(state, params, rng) -> (position, log_correction)``
-from a state whose log density is known, with ``rng`` its proposal stream."""
-
-Adapt = Callable[[S, S, P, Proposal, StepInfo, float], S]
-"""A sampler's adaptation after an accept/reject step,
-``adapt(old, new, params, proposal, info, u_adapt) -> new``: ``old`` is the state told,
-``new`` the state after the step (:func:`metropolis_transition`), ``u_adapt`` a uniform
-of the accept stream for the adaptation coin."""
 
 
 TellGradient = Callable[[S, P, Proposal, float, FloatArray], tuple[S, StepInfo]]
@@ -270,28 +85,6 @@ TellGradientMany = Callable[
 logdensities, gradients)``, the same results bit for bit (:func:`core.running.batch.tell_many`)."""
 """A gradient sampler's tell: ``tell_gradient(state, params, proposal, logdensity,
 gradient)``."""
-
-
-@dataclass(frozen=True, slots=True)
-class Parts:
-    """A target told in parts, at a point and for a minibatch of data (``sgld``).
-
-    Attributes
-    ----------
-    log_prior
-        The log prior density at the point (``-inf``: outside the support).
-    log_likelihood
-        The minibatch's log likelihood: the sum over its data points, not scaled.
-    prior_gradient
-        The log prior's gradient at the point, shape ``(dim,)``.
-    likelihood_gradient
-        The minibatch log likelihood's gradient (the sum over its points), ``(dim,)``.
-    """
-
-    log_prior: float
-    log_likelihood: float
-    prior_gradient: FloatArray
-    likelihood_gradient: FloatArray
 
 
 TellParts = Callable[[S, P, Proposal, Parts], tuple[S, StepInfo]]
@@ -349,7 +142,7 @@ class Sampler(Generic[S, P]):
         ``chain_floats(dim, params)``: the floats one chain keeps and works with, at most
         (:mod:`core.interface.memory` turns them into bytes, for the budgets).
     metropolis_adapt
-        A sampler that is :func:`metropolis_tell` with this adaptation, so that many
+        A sampler that is :func:`core.interface.metropolis.metropolis_tell` with this adaptation, so that many
         chains' accept decisions can be drawn at once (:func:`core.running.batch.tell_many`);
         ``None``: each chain is told through ``tell``.
     evaluation
@@ -527,122 +320,3 @@ def tell_one(
     if gradient is None:
         raise ValueError(f"{sampler.name} needs the gradient of the log density at every point")
     return sampler.tell_gradient(state, params, proposal, logdensity, gradient)
-
-
-def metropolis_ask(state: S, params: P, propose: Propose[S, P]) -> Proposal:
-    """The ``ask`` every sampler shares: the initial point while it is not evaluated,
-    else ``propose``'s point for the next iteration, drawn from that iteration's
-    proposal stream (:class:`core.numerics.rng.Stream`)."""
-    if state.logdensity is None:
-        return Proposal(state.iteration, "init", state.position)
-    t = state.iteration + 1
-    position, log_correction = propose(
-        state, params, generator(state.seed, state.chain, t, Stream.PROPOSE)
-    )
-    point = frozen_array(position)
-    if not np.isfinite(point).all():
-        # The proposal's arithmetic overflowed (a chain drifting far out on an improper
-        # target, an HMC trajectory blown up): propose staying put instead. Staying put
-        # leaves any target invariant, so the kernel (a mixture of the two, chosen by
-        # the overflow) does too; and no client is handed a point it cannot evaluate.
-        return Proposal(t, "proposal", state.position, 0.0)
-    return Proposal(t, "proposal", point, log_correction)
-
-
-def metropolis_tell(
-    state: S, params: P, proposal: Proposal, logdensity: float, adapt: Adapt[S, P]
-) -> tuple[S, StepInfo]:
-    """The ``tell`` every sampler shares: :func:`metropolis_transition`, then, for a
-    proposal (not the initial point), ``adapt``."""
-    new, info, u_adapt = metropolis_transition(state, proposal, logdensity, warmup=params.warmup)
-    if proposal.kind == "init":
-        return new, info
-    return adapt(state, new, params, proposal, info, u_adapt), info
-
-
-def new_chain_fields(position: Any, *, seed: int, chain: int) -> dict[str, Any]:
-    """The :class:`ChainState` fields of a chain waiting for its initial point to be
-    evaluated; a sampler's ``init`` adds its own fields."""
-    return {
-        "position": frozen_array(position),
-        "logdensity": None,
-        "iteration": 0,
-        "accepted": 0,
-        "epoch": 0,
-        "seed": seed,
-        "chain": chain,
-    }
-
-
-def metropolis_transition(
-    state: Any, proposal: Proposal, logdensity: float, *, warmup: int
-) -> tuple[Any, StepInfo, float]:
-    """The part of ``tell`` that every Metropolis-Hastings sampler shares.
-
-    Checks that ``proposal`` is the one ``state`` waits for; for the initial point,
-    applies :func:`tell_initial`; otherwise accepts or rejects with the accept stream's
-    first uniform and advances the common fields (``position``, ``logdensity``,
-    ``iteration``, ``accepted``). Returns the new state, what happened, and a second
-    uniform of the accept stream for the caller's adaptation coin (1.0 for the initial
-    point, which never adapts).
-    """
-    check_tell(state, proposal, logdensity)
-    if proposal.kind == "init":
-        new, info = tell_initial(state, proposal, logdensity)
-        return new, info, 1.0
-    u_accept, u_adapt = generator(
-        state.seed, state.chain, proposal.iteration, Stream.ACCEPT
-    ).random(2)
-    new, info = accept_or_reject(state, proposal, logdensity, float(u_accept), warmup=warmup)
-    return new, info, float(u_adapt)
-
-
-def accept_or_reject(
-    state: Any, proposal: Proposal, logdensity: float, u_accept: float, *, warmup: int
-) -> tuple[Any, StepInfo]:
-    """The Metropolis-Hastings step of :func:`metropolis_transition` for a checked
-    ``proposal``, given the first uniform of its accept stream."""
-    t = proposal.iteration
-    accepted, prob = metropolis_accept(
-        logdensity, state.logdensity, proposal.log_correction, u_accept
-    )
-    new = state.evolve(
-        position=proposal.position if accepted else state.position,
-        logdensity=float(logdensity) if accepted else state.logdensity,
-        iteration=t,
-        accepted=state.accepted + accepted,
-    )
-    info = StepInfo(t, "accepted" if accepted else "rejected", prob, t <= warmup)
-    return new, info
-
-
-def tell_initial(state: Any, proposal: Proposal, logdensity: float) -> tuple[Any, StepInfo]:
-    """The shared ``tell`` for a chain's initial point.
-
-    A finite log density sets the chain's current state. ``-inf`` leaves the state as
-    it was: the chain waits for a new initial point (:func:`reset`).
-    """
-    if logdensity == -math.inf:
-        return state, StepInfo(state.iteration, "outside_support", 0.0, True)
-    return (
-        dataclasses.replace(state, logdensity=float(logdensity)),
-        StepInfo(state.iteration, "initialized", 1.0, True),
-    )
-
-
-def reset(state: Any, position: Any) -> Any:
-    """Give a chain a new initial point; its adaptation is kept, its epoch bumped."""
-    pos = frozen_array(position)
-    if pos.shape != state.position.shape:
-        raise ValueError(f"position must have shape {state.position.shape}")
-    return dataclasses.replace(state, position=pos, logdensity=None, epoch=state.epoch + 1)
-
-
-def check_tell(state: Any, proposal: Proposal, logdensity: float) -> None:
-    """Raise ``ValueError`` unless ``proposal`` is the one ``state`` is waiting for."""
-    if math.isnan(logdensity) or logdensity == math.inf:
-        raise ValueError("log density must be a number or -inf")
-    expected_kind = "init" if state.logdensity is None else "proposal"
-    expected_iteration = state.iteration if state.logdensity is None else state.iteration + 1
-    if proposal.kind != expected_kind or proposal.iteration != expected_iteration:
-        raise ValueError("proposal does not belong to this state")

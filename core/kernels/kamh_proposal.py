@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from kameleon.core.interface.sampler import FloatArray
+from kameleon.core.interface.chain import FloatArray
 from kameleon.core.kernels.rkhs import gaussian_kernel_grad
 from kameleon.core.numerics.arithmetic import (
     cholesky,

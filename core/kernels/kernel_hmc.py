@@ -57,16 +57,15 @@ from typing import Any, Literal, Protocol, TypeVar
 
 import numpy as np
 
-from kameleon.core.interface.sampler import (
+from kameleon.core.interface.chain import (
     ChainState,
     FloatArray,
-    OptionError,
     Proposal,
     StepInfo,
-    metropolis_ask,
-    metropolis_tell,
     new_chain_fields,
 )
+from kameleon.core.interface.metropolis import metropolis_ask, metropolis_tell
+from kameleon.core.interface.sampler import OptionError
 from kameleon.core.kernels.rkhs import median_bandwidth
 from kameleon.core.numerics.arithmetic import dot, exp1, log1
 from kameleon.core.tuning import preconditioning
@@ -289,7 +288,7 @@ def leapfrog(
     """
     q = np.array(position, dtype=np.float64)
     # A trajectory that overflows ends non-finite, and its proposal is replaced by
-    # staying put (core.interface.sampler.metropolis_ask): no warning on the way.
+    # staying put (core.interface.metropolis.metropolis_ask): no warning on the way.
     with np.errstate(over="ignore", invalid="ignore"):
         p = momentum + 0.5 * step_size * gradient(q)
         for step in range(num_steps):

@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-from kameleon.core.interface.sampler import FloatArray
+from kameleon.core.interface.chain import FloatArray
 from kameleon.core.numerics.arithmetic import exp, pairwise_distances, squared_distances
 
 __all__ = ["gaussian_kernel", "gaussian_kernel_grad", "median_bandwidth"]

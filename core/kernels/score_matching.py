@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kameleon.core.interface.sampler import FloatArray
+from kameleon.core.interface.chain import FloatArray
 from kameleon.core.kernels.rkhs import gaussian_kernel, gaussian_kernel_grad
 from kameleon.core.numerics.arithmetic import (
     cholesky,

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 from threadpoolctl import threadpool_limits
 
-from kameleon.core.interface.sampler import FloatArray
+from kameleon.core.interface.chain import FloatArray
 from kameleon.core.numerics.arithmetic import cholesky
 
 __all__ = ["jittered_cholesky", "single_threaded_blas"]

@@ -15,7 +15,7 @@ import math
 import numpy as np
 import numpy.typing as npt
 
-from kameleon.core.interface.sampler import FloatArray
+from kameleon.core.interface.chain import FloatArray
 from kameleon.core.numerics import arithmetic
 from kameleon.core.numerics.arithmetic import log1
 

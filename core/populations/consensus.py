@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kameleon.core.diagnostics.summary import ess_bulk
-from kameleon.core.interface.sampler import FloatArray
+from kameleon.core.interface.chain import FloatArray
 
 __all__ = [
     "MAX_EXCESS_KURTOSIS",

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kameleon.core.diagnostics.summary import ParameterSummary
-from kameleon.core.interface.sampler import FloatArray
+from kameleon.core.interface.chain import FloatArray
 
 __all__ = [
     "K_BAD",

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from kameleon.core.interface.sampler import Proposal, Sampler, takes_steps
+from kameleon.core.interface.chain import Proposal
+from kameleon.core.interface.sampler import Sampler, takes_steps
 
 __all__ = ["offset", "proposals", "size"]
 

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from kameleon.core.diagnostics.findings import Finding
-from kameleon.core.interface.sampler import FloatArray
+from kameleon.core.interface.chain import FloatArray
 from kameleon.core.numerics import arithmetic
 from kameleon.core.populations.annealing import below, log_mean_exp
 from kameleon.core.populations.evidence import Evidence

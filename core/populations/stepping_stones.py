@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from kameleon.core.diagnostics.findings import Finding
-from kameleon.core.interface.sampler import FloatArray
+from kameleon.core.interface.chain import FloatArray
 from kameleon.core.populations.evidence import Evidence
 
 __all__ = [

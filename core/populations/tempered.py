@@ -4,7 +4,7 @@ Gaussian or the prior) to ``beta = 1`` (the target), and the split of a told res
 its ``a + l`` and ``l``.
 
 - ``tempered: "likelihood"``: the results tell the log prior and the log likelihood
-  apart (:class:`core.interface.sampler.Parts`); ``a`` is the log prior, ``l`` the log likelihood.
+  apart (:class:`core.interface.chain.Parts`); ``a`` is the log prior, ``l`` the log likelihood.
 - ``tempered: "reference"``: the results tell the log density ``log pi`` alone, and
   ``a = log ref``, ``l = log pi - log ref`` for the reference Gaussian
   ``ref = N(reference_mean, reference_sd^2 I)``.
@@ -20,7 +20,7 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 
-from kameleon.core.interface.sampler import FloatArray, Parts
+from kameleon.core.interface.chain import FloatArray, Parts
 from kameleon.core.numerics.arithmetic import dot, log1
 
 __all__ = [

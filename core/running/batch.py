@@ -13,7 +13,7 @@ different iterations, in warm-up or past it, waiting for their initial point, or
 ``-inf``.
 
 A sampler takes part by giving its record (:class:`core.interface.sampler.Sampler`) the adaptation its
-``tell`` hands to :func:`core.interface.sampler.metropolis_tell`, as ``metropolis_adapt``, or batched
+``tell`` hands to :func:`core.interface.metropolis.metropolis_tell`, as ``metropolis_adapt``, or batched
 parts of its own: ``tell_gradient_many`` and ``ask_many`` (``nuts``, whose leapfrog
 points each cost a tell of small-vector arithmetic: its chains' half-steps, kinetic
 energies and U-turn tests are computed as arrays, its trees' bookkeeping chain by
@@ -33,18 +33,9 @@ from typing import Any
 
 import numpy as np
 
-from kameleon.core.interface.sampler import (
-    Adapt,
-    FloatArray,
-    Parts,
-    Proposal,
-    Sampler,
-    StepInfo,
-    accept_or_reject,
-    check_tell,
-    tell_initial,
-    tell_one,
-)
+from kameleon.core.interface.chain import FloatArray, Parts, Proposal, StepInfo
+from kameleon.core.interface.metropolis import Adapt, accept_or_reject, check_tell, tell_initial
+from kameleon.core.interface.sampler import Sampler, tell_one
 from kameleon.core.numerics.philox import uniforms
 from kameleon.core.numerics.rng import Stream, generator
 
@@ -152,7 +143,7 @@ def accept_uniforms(
     states: Sequence[Any], proposals: Sequence[Proposal], moving: Sequence[int]
 ) -> Sequence[Sequence[float]]:
     """The two accept-stream uniforms of each chain ``moving`` names, as
-    :func:`core.interface.sampler.metropolis_transition` draws them."""
+    :func:`core.interface.metropolis.metropolis_transition` draws them."""
     if len(moving) < ARRAY_PHILOX_MIN:
         return [
             generator(states[i].seed, states[i].chain, proposals[i].iteration, Stream.ACCEPT)

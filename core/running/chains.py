@@ -10,17 +10,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from kameleon.core.interface.sampler import (
-    FloatArray,
-    Parts,
-    Proposal,
-    Sampler,
-    StepInfo,
-    frozen_array,
-    takes_steps,
-    tell_one,
-    transition_stats,
-)
+from kameleon.core.interface.chain import FloatArray, Parts, Proposal, StepInfo, frozen_array
+from kameleon.core.interface.sampler import Sampler, takes_steps, tell_one, transition_stats
 from kameleon.core.numerics.rng import Stream, fresh_generator, substream
 from kameleon.core.running.batch import accept_block, ask_many, tell_many
 from kameleon.core.running.initial import DEFAULT_MAX_ATTEMPTS, initial_point, redraw, start_radius
@@ -40,7 +31,7 @@ LogDensityFn = Callable[..., Any]
 (:class:`core.interface.sampler.Evaluation`), the pair ``(log density, gradient)``; for one told the
 target in parts (``sgld``), ``f(x, minibatch)`` gives the four ``(log prior, log
 likelihood, prior gradient, likelihood gradient)``, the likelihood's the sum over the
-minibatch's data points (:class:`core.interface.sampler.Parts`); for ``tempering`` or ``smc`` of the likelihood,
+minibatch's data points (:class:`core.interface.chain.Parts`); for ``tempering`` or ``smc`` of the likelihood,
 the pair ``(log prior, log likelihood)``."""
 ConditionalFn = Callable[[FloatArray, np.random.Generator], npt.ArrayLike]
 """A draw of one block from its full conditional (``gibbs``): ``draw(x, rng)`` with ``x``

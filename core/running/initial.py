@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from kameleon.core.interface.sampler import FloatArray, frozen_array, reset
+from kameleon.core.interface.chain import FloatArray, frozen_array, reset
 from kameleon.core.numerics.rng import Stream, generator
 
 __all__ = [
@@ -80,7 +80,7 @@ def redraw(
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
 ) -> Any:
     """After a drawn starting point was told ``-inf``: ``state`` moved to the next drawn
-    point (its epoch, which numbers the attempts, bumped by :func:`core.interface.sampler.reset`), or
+    point (its epoch, which numbers the attempts, bumped by :func:`core.interface.chain.reset`), or
     ``None`` when the start is not drawn (``radius`` is ``None``) or ``max_attempts``
     points were tried."""
     attempt = state.epoch + 1

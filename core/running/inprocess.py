@@ -27,9 +27,10 @@ import numpy.typing as npt
 from kameleon.core import DEFAULT_ALGORITHM, SAMPLERS
 from kameleon.core.diagnostics.assess import Assessment, assess, summaries_of
 from kameleon.core.diagnostics.findings import SamplingWarning, StopRule
+from kameleon.core.interface.chain import FloatArray
 from kameleon.core.interface.defaults import CHAINS, ITERATIONS, WARMUP
 from kameleon.core.interface.memory import describe, inprocess_bytes
-from kameleon.core.interface.sampler import FloatArray, Sampler
+from kameleon.core.interface.sampler import Sampler
 from kameleon.core.numerics.linalg import single_threaded_blas
 from kameleon.core.running.chains import (
     ChainResult,

@@ -39,20 +39,17 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from kameleon.core.interface.codec import register
-from kameleon.core.interface.sampler import (
+from kameleon.core.interface.chain import (
     ChainState,
     FloatArray,
-    OptionError,
     Proposal,
-    Sampler,
     StepInfo,
     frozen_array,
-    metropolis_ask,
-    metropolis_tell,
     new_chain_fields,
-    params_parser,
 )
+from kameleon.core.interface.codec import register
+from kameleon.core.interface.metropolis import metropolis_ask, metropolis_tell
+from kameleon.core.interface.sampler import OptionError, Sampler, params_parser
 from kameleon.core.numerics.arithmetic import exp1, matvec
 from kameleon.core.numerics.linalg import jittered_cholesky
 from kameleon.core.tuning.adaptation import (

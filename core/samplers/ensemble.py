@@ -58,21 +58,18 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from kameleon.core.interface.codec import register
-from kameleon.core.interface.sampler import (
+from kameleon.core.interface.chain import (
     ChainState,
     FloatArray,
-    OptionError,
     Outcome,
     Proposal,
-    Sampler,
     StepInfo,
-    check_tell,
     frozen_array,
-    metropolis_accept,
     new_chain_fields,
-    params_parser,
 )
+from kameleon.core.interface.codec import register
+from kameleon.core.interface.metropolis import check_tell, metropolis_accept
+from kameleon.core.interface.sampler import OptionError, Sampler, params_parser
 from kameleon.core.numerics.arithmetic import log1
 from kameleon.core.numerics.rng import Stream, generator
 

@@ -43,21 +43,17 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from kameleon.core.interface.codec import register
-from kameleon.core.interface.sampler import (
+from kameleon.core.interface.chain import (
     ChainState,
-    Evaluation,
     FloatArray,
-    OptionError,
     Proposal,
-    Sampler,
     StepInfo,
     frozen_array,
-    metropolis_accept,
     new_chain_fields,
-    params_parser,
-    tell_initial,
 )
+from kameleon.core.interface.codec import register
+from kameleon.core.interface.metropolis import metropolis_accept, tell_initial
+from kameleon.core.interface.sampler import Evaluation, OptionError, Sampler, params_parser
 from kameleon.core.numerics.arithmetic import exp1, matvec
 from kameleon.core.numerics.linalg import jittered_cholesky
 from kameleon.core.numerics.rng import Stream, generator, substream

@@ -48,18 +48,9 @@ from kameleon.core.gradients.hamiltonian import (
     leapfrog_position,
 )
 from kameleon.core.gradients.warmup import DualAveraging, MetricWindow, warmup_changes
+from kameleon.core.interface.chain import ChainState, FloatArray, Proposal, StepInfo, frozen_array
 from kameleon.core.interface.codec import register
-from kameleon.core.interface.sampler import (
-    ChainState,
-    Evaluation,
-    FloatArray,
-    OptionError,
-    Proposal,
-    Sampler,
-    StepInfo,
-    frozen_array,
-    params_parser,
-)
+from kameleon.core.interface.sampler import Evaluation, OptionError, Sampler, params_parser
 from kameleon.core.numerics.arithmetic import exp1, log1
 from kameleon.core.numerics.rng import Stream, generator
 

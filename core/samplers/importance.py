@@ -33,19 +33,17 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from kameleon.core.interface.codec import register
-from kameleon.core.interface.sampler import (
+from kameleon.core.interface.chain import (
     ChainState,
     FloatArray,
-    OptionError,
     Proposal,
-    Sampler,
     StepInfo,
-    check_tell,
     frozen_array,
     new_chain_fields,
-    params_parser,
 )
+from kameleon.core.interface.codec import register
+from kameleon.core.interface.metropolis import check_tell
+from kameleon.core.interface.sampler import OptionError, Sampler, params_parser
 from kameleon.core.numerics.arithmetic import dot, exp1, matvec
 from kameleon.core.numerics.linalg import jittered_cholesky
 from kameleon.core.numerics.rng import Stream, generator

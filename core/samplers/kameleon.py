@@ -50,21 +50,18 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from kameleon.core.interface.codec import register
-from kameleon.core.interface.memory import preconditioning_floats
-from kameleon.core.interface.sampler import (
+from kameleon.core.interface.chain import (
     ChainState,
     FloatArray,
-    OptionError,
     Proposal,
-    Sampler,
     StepInfo,
     frozen_array,
-    metropolis_ask,
-    metropolis_tell,
     new_chain_fields,
-    params_parser,
 )
+from kameleon.core.interface.codec import register
+from kameleon.core.interface.memory import preconditioning_floats
+from kameleon.core.interface.metropolis import metropolis_ask, metropolis_tell
+from kameleon.core.interface.sampler import OptionError, Sampler, params_parser
 from kameleon.core.kernels.kamh_proposal import (
     FACTORS,
     log_density_cholesky,

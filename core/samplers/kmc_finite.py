@@ -49,15 +49,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from kameleon.core.interface.chain import FloatArray, frozen_array
 from kameleon.core.interface.codec import register
 from kameleon.core.interface.memory import preconditioning_floats
-from kameleon.core.interface.sampler import (
-    FloatArray,
-    OptionError,
-    Sampler,
-    frozen_array,
-    params_parser,
-)
+from kameleon.core.interface.sampler import OptionError, Sampler, params_parser
 from kameleon.core.kernels import kernel_hmc
 from kameleon.core.kernels.kernel_hmc import KMCParams, KMCState
 from kameleon.core.kernels.score_matching import (

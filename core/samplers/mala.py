@@ -38,18 +38,10 @@ from kameleon.core.gradients.warmup import (
     MetricWindow,
     warmup_changes,
 )
+from kameleon.core.interface.chain import ChainState, FloatArray, Proposal, StepInfo, frozen_array
 from kameleon.core.interface.codec import register
-from kameleon.core.interface.sampler import (
-    ChainState,
-    Evaluation,
-    FloatArray,
-    Proposal,
-    Sampler,
-    StepInfo,
-    accept_or_reject,
-    frozen_array,
-    params_parser,
-)
+from kameleon.core.interface.metropolis import accept_or_reject
+from kameleon.core.interface.sampler import Evaluation, Sampler, params_parser
 from kameleon.core.numerics.arithmetic import cholesky, dot, matvec, solve_lower
 from kameleon.core.numerics.rng import Stream, generator
 
@@ -167,7 +159,7 @@ def ask(state: State, params: Params) -> Proposal:
         )
     if not np.isfinite(point).all():
         # Overflowed (a step size or a gradient near the float range): stay put, as
-        # core.interface.sampler.metropolis_ask does.
+        # core.interface.metropolis.metropolis_ask does.
         point = state.position
     return Proposal(t, "proposal", point, 0.0, state.step)
 

@@ -14,19 +14,16 @@ from typing import Any, Literal
 
 import numpy as np
 
-from kameleon.core.interface.codec import register
-from kameleon.core.interface.sampler import (
+from kameleon.core.interface.chain import (
     ChainState,
     FloatArray,
-    OptionError,
     Proposal,
-    Sampler,
     StepInfo,
-    metropolis_ask,
-    metropolis_tell,
     new_chain_fields,
-    params_parser,
 )
+from kameleon.core.interface.codec import register
+from kameleon.core.interface.metropolis import metropolis_ask, metropolis_tell
+from kameleon.core.interface.sampler import OptionError, Sampler, params_parser
 from kameleon.core.numerics.arithmetic import exp1, log1
 from kameleon.core.tuning.adaptation import adapt_probability, learning_rate, robbins_monro
 

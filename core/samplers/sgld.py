@@ -35,20 +35,17 @@ from typing import Any
 
 import numpy as np
 
-from kameleon.core.interface.codec import register
-from kameleon.core.interface.sampler import (
+from kameleon.core.interface.chain import (
     ChainState,
-    Evaluation,
     FloatArray,
-    OptionError,
     Parts,
     Proposal,
-    Sampler,
     StepInfo,
     frozen_array,
     new_chain_fields,
-    params_parser,
 )
+from kameleon.core.interface.codec import register
+from kameleon.core.interface.sampler import Evaluation, OptionError, Sampler, params_parser
 from kameleon.core.numerics.arithmetic import pow1
 from kameleon.core.numerics.rng import Stream, generator
 

@@ -61,19 +61,17 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from kameleon.core.interface.codec import register
-from kameleon.core.interface.sampler import (
+from kameleon.core.interface.chain import (
     ChainState,
     FloatArray,
-    OptionError,
     Parts,
     Proposal,
-    Sampler,
     StepInfo,
     frozen_array,
     new_chain_fields,
-    params_parser,
 )
+from kameleon.core.interface.codec import register
+from kameleon.core.interface.sampler import OptionError, Sampler, params_parser
 from kameleon.core.numerics import arithmetic
 from kameleon.core.numerics.arithmetic import exp1, log1, matvec, pow1
 from kameleon.core.numerics.linalg import jittered_cholesky

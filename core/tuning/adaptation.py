@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kameleon.core.interface.chain import FloatArray, frozen_array
 from kameleon.core.interface.codec import register
-from kameleon.core.interface.sampler import FloatArray, frozen_array
 from kameleon.core.numerics.arithmetic import pow1
 
 __all__ = [

@@ -87,16 +87,10 @@ from typing import Any, Literal
 
 import numpy as np
 
+from kameleon.core.interface.chain import FloatArray, Proposal, StepInfo, frozen_array
 from kameleon.core.interface.codec import register
-from kameleon.core.interface.sampler import (
-    FloatArray,
-    OptionError,
-    Proposal,
-    StepInfo,
-    frozen_array,
-    metropolis_ask,
-    metropolis_transition,
-)
+from kameleon.core.interface.metropolis import metropolis_ask, metropolis_transition
+from kameleon.core.interface.sampler import OptionError
 from kameleon.core.numerics.arithmetic import exp1, log1, matmul, matvec, solve_lower
 from kameleon.core.numerics.linalg import jittered_cholesky
 from kameleon.core.numerics.rng import Stream, generator

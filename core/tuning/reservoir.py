@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from kameleon.core.interface.sampler import FloatArray, frozen_array
+from kameleon.core.interface.chain import FloatArray, frozen_array
 
 __all__ = ["reservoir_update"]
 

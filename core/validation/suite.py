@@ -35,7 +35,8 @@ from kameleon.core.diagnostics.assess import summaries_of
 from kameleon.core.diagnostics.autocorr import by_walker
 from kameleon.core.diagnostics.findings import SamplingWarning
 from kameleon.core.diagnostics.summary import MIN_DRAWS, ess_bulk, mcse_mean, per_parameter, rhat
-from kameleon.core.interface.sampler import FloatArray, Sampler
+from kameleon.core.interface.chain import FloatArray
+from kameleon.core.interface.sampler import Sampler
 from kameleon.core.running.inprocess import assess_results, sample_chains
 from kameleon.core.validation.targets import Banana, Flower, Gaussian, quantile_error
 

@@ -34,7 +34,7 @@ import numpy as np
 import numpy.typing as npt
 from scipy import linalg, stats
 
-from kameleon.core.interface.sampler import FloatArray, frozen_array
+from kameleon.core.interface.chain import FloatArray, frozen_array
 
 __all__ = [
     "QUANTILE_LEVELS",

@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from kameleon.core.interface.sampler import Parts, Proposal, Sampler, StepInfo, tell_one
+from kameleon.core.interface.chain import Parts, Proposal, StepInfo
+from kameleon.core.interface.sampler import Sampler, tell_one
 
 __all__ = ["OPTIONS", "for_sampler", "numeric_gradient", "options", "tell"]
 

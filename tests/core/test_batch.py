@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from kameleon.core import SAMPLERS
-from kameleon.core.interface.sampler import Proposal, Sampler, StepInfo, reset
+from kameleon.core.interface.chain import Proposal, StepInfo, reset
+from kameleon.core.interface.sampler import Sampler
 from kameleon.core.numerics.rng import Stream, generator
 from kameleon.core.running.batch import ARRAY_PHILOX_MIN, accept_block, ask_many, tell_many
 from kameleon.core.samplers import am, nuts, rwm

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from kameleon.core.diagnostics import summary as diagnostics
-from kameleon.core.interface.sampler import FloatArray
+from kameleon.core.interface.chain import FloatArray
 
 with warnings.catch_warnings():
     # ArviZ 0.23 announces its 1.0 refactor with a FutureWarning on import.

@@ -17,7 +17,8 @@ import pytest
 
 from kameleon.core import SAMPLERS
 from kameleon.core.diagnostics.findings import DRIFT_MAGNITUDE, Finding, check
-from kameleon.core.interface.sampler import Proposal, frozen_array, metropolis_accept
+from kameleon.core.interface.chain import Proposal, frozen_array
+from kameleon.core.interface.metropolis import metropolis_accept
 from kameleon.core.running.inprocess import sample_chains
 from kameleon.core.samplers import am
 from kameleon.core.tuning.adaptation import MAX_VARIANCE, Welford

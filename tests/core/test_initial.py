@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from kameleon.core import SAMPLERS
-from kameleon.core.interface.sampler import FloatArray
+from kameleon.core.interface.chain import FloatArray
 from kameleon.core.running.initial import DEFAULT_MAX_ATTEMPTS, initial_point, redraw, start_radius
 from kameleon.core.running.inprocess import run_chain, sample
 from tests.core.evaluations import for_sampler, options

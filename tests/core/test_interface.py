@@ -17,8 +17,9 @@ import numpy as np
 import pytest
 
 from kameleon.core import SAMPLERS, samplers
+from kameleon.core.interface.chain import Proposal, reset
 from kameleon.core.interface.codec import decode, encode
-from kameleon.core.interface.sampler import OptionError, Proposal, reset
+from kameleon.core.interface.sampler import OptionError
 from kameleon.core.running.inprocess import run_chain, sample
 from kameleon.core.validation.targets import Gaussian
 from tests.core.evaluations import for_sampler, options, tell

@@ -16,8 +16,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
+from kameleon.core.interface.chain import FloatArray, Proposal, frozen_array
 from kameleon.core.interface.codec import cold_changed, decode, encode
-from kameleon.core.interface.sampler import FloatArray, OptionError, Proposal, frozen_array
+from kameleon.core.interface.sampler import OptionError
 from kameleon.core.kernels import kamh_proposal
 from kameleon.core.kernels.rkhs import median_bandwidth
 from kameleon.core.samplers import kameleon

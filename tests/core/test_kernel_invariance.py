@@ -48,7 +48,7 @@ import pytest
 from scipy import stats
 
 from kameleon.core import SAMPLERS
-from kameleon.core.interface.sampler import Proposal, frozen_array
+from kameleon.core.interface.chain import Proposal, frozen_array
 from kameleon.core.running.inprocess import sample_chains
 from kameleon.core.validation.targets import Banana
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from kameleon.core.interface.sampler import frozen_array
+from kameleon.core.interface.chain import frozen_array
 from kameleon.core.kernels.rkhs import median_bandwidth
 from kameleon.core.running.inprocess import run_chain, sample
 from kameleon.core.samplers import kameleon, kmc_finite, kmc_lite

@@ -8,7 +8,7 @@ import math
 
 import numpy as np
 
-from kameleon.core.interface.sampler import frozen_array
+from kameleon.core.interface.chain import frozen_array
 from kameleon.core.kernels.score_matching import finite_update
 from kameleon.core.samplers import kameleon, kmc_finite, kmc_lite
 
@@ -60,7 +60,7 @@ def test_kmc_lite_keeps_its_surrogate_when_a_refit_fails() -> None:
 def test_a_proposal_whose_arithmetic_overflowed_stays_put() -> None:
     # Staying put leaves any target invariant, and no client is handed a point with an
     # infinity or a NaN in it (JSON has neither).
-    from kameleon.core.interface.sampler import metropolis_ask, tell_initial
+    from kameleon.core.interface.metropolis import metropolis_ask, tell_initial
     from kameleon.core.samplers import rwm
 
     params = rwm.make_params(2, {}, warmup=10)

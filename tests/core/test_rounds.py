@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from kameleon.core import SAMPLERS
-from kameleon.core.interface.sampler import Parts, Proposal, tell_one
+from kameleon.core.interface.chain import Parts, Proposal
+from kameleon.core.interface.sampler import tell_one
 from kameleon.core.populations import rounds
 
 DIM = 3

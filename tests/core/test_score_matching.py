@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from scipy import linalg, stats
 
-from kameleon.core.interface.sampler import FloatArray
+from kameleon.core.interface.chain import FloatArray
 from kameleon.core.kernels import kernel_hmc
 from kameleon.core.kernels.score_matching import (
     FiniteSurrogate,

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from kameleon.core import SAMPLERS
-from kameleon.core.interface.sampler import OptionError, Parts, tell_one
+from kameleon.core.interface.chain import Parts
+from kameleon.core.interface.sampler import OptionError, tell_one
 from kameleon.core.running.inprocess import sample_chains
 from kameleon.core.samplers import sgld
 

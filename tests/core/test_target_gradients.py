@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import pytest
 
-from kameleon.core.interface.sampler import FloatArray
+from kameleon.core.interface.chain import FloatArray
 from kameleon.core.validation.suite import Case, cases
 from kameleon.core.validation.targets import Banana, Flower, Gaussian
 

@@ -13,7 +13,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from kameleon.core import SAMPLERS
-from kameleon.core.interface.sampler import metropolis_tell
+from kameleon.core.interface.metropolis import metropolis_tell
 from kameleon.core.samplers import am
 
 Json = dict[str, Any]

@@ -9,19 +9,16 @@ from typing import Any
 
 import numpy as np
 
-from kameleon.core.interface.codec import register
-from kameleon.core.interface.sampler import (
+from kameleon.core.interface.chain import (
     ChainState,
     FloatArray,
-    OptionError,
     Proposal,
-    Sampler,
     StepInfo,
-    metropolis_ask,
-    metropolis_tell,
     new_chain_fields,
-    params_parser,
 )
+from kameleon.core.interface.codec import register
+from kameleon.core.interface.metropolis import metropolis_ask, metropolis_tell
+from kameleon.core.interface.sampler import OptionError, Sampler, params_parser
 
 NAME = "toy-independence"
 

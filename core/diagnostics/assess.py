@@ -3,7 +3,7 @@ service): per-parameter diagnostics, the warnings, and for importance samples th
 evidence (:mod:`core.populations.evidence`).
 
 Markov chains are judged by :func:`core.diagnostics.summary.summarize` and
-:func:`core.diagnostics.findings.check`. An ensemble's chain (a sampler whose record gives
+:func:`core.diagnostics.convergence.check`. An ensemble's chain (a sampler whose record gives
 ``ensemble_size``) interleaves its walkers: its parameters are summarised with each
 walker's draws as a chain of its own (as ArviZ reads emcee's walkers), whole sweeps
 only; the checks of a chain's own draws (``stuck``, ``chain_mean``) read its walkers
@@ -30,7 +30,8 @@ from typing import Any
 import numpy as np
 
 from kameleon.core.diagnostics.autocorr import MIN_TIMES, by_walker, integrated_time
-from kameleon.core.diagnostics.findings import Finding, check
+from kameleon.core.diagnostics.convergence import check
+from kameleon.core.diagnostics.findings import Finding
 from kameleon.core.diagnostics.population import (
     population_findings,
     population_summaries,
@@ -108,7 +109,7 @@ def _population_findings(
     names: Sequence[str],
     kappa: float,
 ) -> list[Finding]:
-    """A population's ``chain_mean`` in place of :func:`core.diagnostics.findings.check`'s, which
+    """A population's ``chain_mean`` in place of :func:`core.diagnostics.convergence.check`'s, which
     would compare a chain's particles read one after another."""
     own = population_findings(walkers, names, kappa)
     kept = [f for f in findings if f.code != "chain_mean"]

@@ -87,7 +87,7 @@ quantiles (the smaller), as :mod:`core.diagnostics.summary`, and the MCSE of the
 draws themselves.
 
 **Chain means.** ``chain_mean`` names a chain whose mean of the normal scores lies more
-than :data:`core.diagnostics.findings.CHAIN_Z_MAX` of its standard errors from the other chains':
+than :data:`core.diagnostics.convergence.CHAIN_Z_MAX` of its standard errors from the other chains':
 ``z_c = (m_c - m_rest) / sqrt(V_c + sum_rest V / (M - 1)^2)``, where a population that
 found a different mixture of the modes, or collapsed into one, is far.
 
@@ -116,7 +116,8 @@ import scipy.special
 import scipy.stats
 
 from kameleon.core.diagnostics.autocorr import integrated_time
-from kameleon.core.diagnostics.findings import Finding, chain_mean_findings
+from kameleon.core.diagnostics.convergence import chain_mean_findings
+from kameleon.core.diagnostics.findings import Finding
 from kameleon.core.diagnostics.summary import ParameterSummary
 from kameleon.core.interface.chain import FloatArray
 
@@ -290,7 +291,7 @@ def population_findings(
     walkers: npt.ArrayLike, names: Sequence[str], kappa: float
 ) -> list[Finding]:
     """``chain_mean``: a chain whose population's mean of the normal scores lies more
-    than :data:`core.diagnostics.findings.CHAIN_Z_MAX` standard errors from the other chains' (one
+    than :data:`core.diagnostics.convergence.CHAIN_Z_MAX` standard errors from the other chains' (one
     finding per chain, its worst parameter). Not with fewer than
     :data:`MIN_CHAIN_PARTICLES` particles: a chain's error is then too rough to compare
     chains by."""

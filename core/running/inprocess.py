@@ -7,7 +7,7 @@ interface with a Python log-density function (the chains' recorder is in
     from kameleon.core.running.inprocess import sample
     draws = sample(logdensity_fn, dim=2)  # (chains, draws, dim)
 
-``sample`` checks the draws it returns (:func:`core.diagnostics.findings.check`) and emits every
+``sample`` checks the draws it returns (:func:`core.diagnostics.convergence.check`) and emits every
 problem found as a :class:`~core.diagnostics.findings.SamplingWarning`; with ``stop`` it ends early
 once the chains have converged by a :class:`~core.diagnostics.findings.StopRule`. The measures of
 a run's output (effective sample size, R-hat, standard errors) are in
@@ -235,7 +235,7 @@ def sample_chains(
         meets the rule on the draws so far. The draws then end there (a multiple of
         ``check_every``, fewer than ``iterations``), else at ``iterations``.
     warn
-        Check the draws (see :func:`core.diagnostics.findings.check`) and emit each problem found as a
+        Check the draws (see :func:`core.diagnostics.convergence.check`) and emit each problem found as a
         :class:`~core.diagnostics.findings.SamplingWarning`.
     evaluate_many
         Evaluates the log densities of every chain's proposal of an iteration in one call
@@ -371,7 +371,7 @@ def trajectory_stats(
     results: Sequence[ChainResult], warmup: int
 ) -> tuple[FloatArray | None, FloatArray | None]:
     """The post-warm-up ``divergent`` and ``energy`` arguments of
-    :func:`core.diagnostics.findings.check` from the chains' recorded statistics (``None`` where the
+    :func:`core.diagnostics.convergence.check` from the chains' recorded statistics (``None`` where the
     sampler records none)."""
 
     def stacked(name: str) -> FloatArray | None:

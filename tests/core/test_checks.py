@@ -8,14 +8,9 @@ import warnings
 import numpy as np
 import pytest
 
-from kameleon.core.diagnostics import findings as checks
-from kameleon.core.diagnostics.findings import (
-    CODES,
-    Finding,
-    SamplingWarning,
-    StopRule,
-    check,
-)
+from kameleon.core.diagnostics import convergence
+from kameleon.core.diagnostics.convergence import check
+from kameleon.core.diagnostics.findings import CODES, Finding, SamplingWarning, StopRule
 from kameleon.core.diagnostics.summary import chain_mean_z, summarize
 from kameleon.core.running.inprocess import sample
 
@@ -91,12 +86,12 @@ def test_a_chain_that_sat_still_is_stuck() -> None:
 
 
 def test_stuck_threshold_grows_with_the_log_of_the_draws() -> None:
-    assert [checks.stuck_threshold(n) for n in (1, 1000, 100_000)] == [90, 225, 315]
+    assert [convergence.stuck_threshold(n) for n in (1, 1000, 100_000)] == [90, 225, 315]
     # A chain accepting 5% goes that long without moving with probability under 1%.
     for n in (1000, 100_000):
-        assert n * 0.95 ** checks.stuck_threshold(n) < 0.01
-    assert checks.longest_run(np.zeros((0, 2))) == 0
-    assert checks.longest_run([[1.0, 2.0], [1.0, 2.0], [1.0, 3.0]]) == 2
+        assert n * 0.95 ** convergence.stuck_threshold(n) < 0.01
+    assert convergence.longest_run(np.zeros((0, 2))) == 0
+    assert convergence.longest_run([[1.0, 2.0], [1.0, 2.0], [1.0, 3.0]]) == 2
 
 
 def test_one_stray_chain_among_many_is_named_where_rhat_is_quiet() -> None:

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 from kameleon.core import SAMPLERS
-from kameleon.core.diagnostics.findings import DRIFT_MAGNITUDE, Finding, check
+from kameleon.core.diagnostics.convergence import DRIFT_MAGNITUDE, check
+from kameleon.core.diagnostics.findings import Finding
 from kameleon.core.interface.chain import Proposal, frozen_array
 from kameleon.core.interface.metropolis import metropolis_accept
 from kameleon.core.running.inprocess import sample_chains

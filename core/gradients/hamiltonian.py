@@ -27,7 +27,8 @@ import numpy as np
 import numpy.typing as npt
 
 from kameleon.core.interface.chain import FloatArray
-from kameleon.core.numerics.arithmetic import cholesky, dot, exp1, log1, matvec, solve_upper
+from kameleon.core.numerics.arithmetic import exp1, log1
+from kameleon.core.numerics.matrices import cholesky, dot, matvec, solve_upper
 
 __all__ = [
     "DIVERGENCE",
@@ -137,8 +138,8 @@ def _velocities(momenta: FloatArray, metrics: FloatArray) -> FloatArray:
 def kinetic_energies(momenta: FloatArray, metrics: FloatArray) -> FloatArray:
     """:func:`kinetic_energy` of many chains at once, the same bits: ``momenta`` of shape
     ``(k, d)``, ``metrics`` ``(k, d)`` (diagonal) or ``(k, d, d)`` (dense). Each row's
-    products are added along the row's contiguous last axis, as :func:`core.numerics.arithmetic.dot`
-    and :func:`~core.numerics.arithmetic.matvec` add a vector's, in numpy's pairwise order."""
+    products are added along the row's contiguous last axis, as :func:`core.numerics.matrices.dot`
+    and :func:`~core.numerics.matrices.matvec` add a vector's, in numpy's pairwise order."""
     with np.errstate(over="ignore", invalid="ignore"):
         values = 0.5 * np.add.reduce(np.multiply(momenta, _velocities(momenta, metrics)), axis=-1)
     out: FloatArray = np.where(np.isfinite(values), values, math.inf)

@@ -40,7 +40,8 @@ import numpy as np
 
 from kameleon.core.interface.chain import FloatArray, frozen_array
 from kameleon.core.interface.codec import register
-from kameleon.core.numerics.arithmetic import cholesky, dot, exp1, log1, matvec, pow1
+from kameleon.core.numerics.arithmetic import exp1, log1, pow1
+from kameleon.core.numerics.matrices import cholesky, dot, matvec
 from kameleon.core.tuning.adaptation import MAX_VARIANCE
 
 __all__ = [

@@ -20,16 +20,9 @@ import numpy as np
 
 from kameleon.core.interface.chain import FloatArray
 from kameleon.core.kernels.rkhs import gaussian_kernel_grad
-from kameleon.core.numerics.arithmetic import (
-    cholesky,
-    dot,
-    log1,
-    matmul,
-    matvec,
-    solve_lower,
-    vecmat,
-)
+from kameleon.core.numerics.arithmetic import log1
 from kameleon.core.numerics.linalg import jittered_cholesky
+from kameleon.core.numerics.matrices import cholesky, dot, matmul, matvec, solve_lower, vecmat
 
 __all__ = [
     "FACTORS",

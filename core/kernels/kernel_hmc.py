@@ -67,7 +67,8 @@ from kameleon.core.interface.chain import (
 from kameleon.core.interface.metropolis import metropolis_ask, metropolis_tell
 from kameleon.core.interface.sampler import OptionError
 from kameleon.core.kernels.rkhs import median_bandwidth
-from kameleon.core.numerics.arithmetic import dot, exp1, log1
+from kameleon.core.numerics.arithmetic import exp1, log1
+from kameleon.core.numerics.matrices import dot
 from kameleon.core.tuning import preconditioning
 from kameleon.core.tuning.adaptation import Welford, adapt_probability, learning_rate, robbins_monro
 from kameleon.core.tuning.preconditioning import (

@@ -19,7 +19,8 @@ import math
 import numpy as np
 
 from kameleon.core.interface.chain import FloatArray
-from kameleon.core.numerics.arithmetic import exp, pairwise_distances, squared_distances
+from kameleon.core.numerics.arithmetic import exp
+from kameleon.core.numerics.matrices import pairwise_distances, squared_distances
 
 __all__ = ["gaussian_kernel", "gaussian_kernel_grad", "median_bandwidth"]
 

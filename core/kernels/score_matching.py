@@ -34,14 +34,12 @@ import numpy as np
 
 from kameleon.core.interface.chain import FloatArray
 from kameleon.core.kernels.rkhs import gaussian_kernel, gaussian_kernel_grad
-from kameleon.core.numerics.arithmetic import (
+from kameleon.core.numerics.arithmetic import cos, exp, sin
+from kameleon.core.numerics.matrices import (
     cholesky,
-    cos,
     dot,
-    exp,
     matmul,
     matvec,
-    sin,
     solve_lower,
     solve_upper,
     squared_distances,

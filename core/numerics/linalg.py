@@ -1,4 +1,4 @@
-"""Small dense linear algebra shared by the samplers (on :mod:`core.numerics.arithmetic`, the
+"""Small dense linear algebra shared by the samplers (on :mod:`core.numerics.matrices`, the
 same bits on every CPU), and the process's BLAS setting."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from kameleon.core.interface.chain import FloatArray
-from kameleon.core.numerics.arithmetic import cholesky
+from kameleon.core.numerics.matrices import cholesky
 
 __all__ = ["jittered_cholesky", "single_threaded_blas"]
 
@@ -45,7 +45,7 @@ def jittered_cholesky(matrix: FloatArray) -> FloatArray:
         If none of them factors (the matrix is far from positive definite) or it is not
         finite.
 
-    The factor is :func:`core.numerics.arithmetic.cholesky`'s, the same bits on every CPU.
+    The factor is :func:`core.numerics.matrices.cholesky`'s, the same bits on every CPU.
     KAMH's proposal covariance has its own jitter schedule
     (``core.kernels.kamh_proposal.covariance_cholesky``): cumulative, in steps of 100.
     """

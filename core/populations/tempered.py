@@ -21,7 +21,8 @@ from typing import Any, Literal, Protocol
 import numpy as np
 
 from kameleon.core.interface.chain import FloatArray, Parts
-from kameleon.core.numerics.arithmetic import dot, log1
+from kameleon.core.numerics.arithmetic import log1
+from kameleon.core.numerics.matrices import dot
 
 __all__ = [
     "TemperedParams",

@@ -50,8 +50,9 @@ from kameleon.core.interface.chain import (
 from kameleon.core.interface.codec import register
 from kameleon.core.interface.metropolis import metropolis_ask, metropolis_tell
 from kameleon.core.interface.sampler import OptionError, Sampler, params_parser
-from kameleon.core.numerics.arithmetic import exp1, matvec
+from kameleon.core.numerics.arithmetic import exp1
 from kameleon.core.numerics.linalg import jittered_cholesky
+from kameleon.core.numerics.matrices import matvec
 from kameleon.core.tuning.adaptation import (
     Welford,
     adapt_probability,

@@ -54,8 +54,9 @@ from kameleon.core.interface.chain import (
 from kameleon.core.interface.codec import register
 from kameleon.core.interface.metropolis import metropolis_accept, tell_initial
 from kameleon.core.interface.sampler import Evaluation, OptionError, Sampler, params_parser
-from kameleon.core.numerics.arithmetic import exp1, matvec
+from kameleon.core.numerics.arithmetic import exp1
 from kameleon.core.numerics.linalg import jittered_cholesky
+from kameleon.core.numerics.matrices import matvec
 from kameleon.core.numerics.rng import Stream, generator, substream
 from kameleon.core.tuning.adaptation import Welford, learning_rate, robbins_monro, usable_covariance
 from kameleon.core.tuning.windows import window_ends

@@ -44,8 +44,9 @@ from kameleon.core.interface.chain import (
 from kameleon.core.interface.codec import register
 from kameleon.core.interface.metropolis import check_tell
 from kameleon.core.interface.sampler import OptionError, Sampler, params_parser
-from kameleon.core.numerics.arithmetic import dot, exp1, matvec
+from kameleon.core.numerics.arithmetic import exp1
 from kameleon.core.numerics.linalg import jittered_cholesky
+from kameleon.core.numerics.matrices import dot, matvec
 from kameleon.core.numerics.rng import Stream, generator
 from kameleon.core.samplers import am
 from kameleon.core.tuning.adaptation import usable_covariance

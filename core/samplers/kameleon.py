@@ -71,7 +71,8 @@ from kameleon.core.kernels.kamh_proposal import (
     sample_proposal,
 )
 from kameleon.core.kernels.rkhs import gaussian_kernel_grad, median_bandwidth
-from kameleon.core.numerics.arithmetic import exp1, log1, matvec, solve_lower
+from kameleon.core.numerics.arithmetic import exp1, log1
+from kameleon.core.numerics.matrices import matvec, solve_lower
 from kameleon.core.numerics.rng import Stream, generator
 from kameleon.core.tuning import preconditioning
 from kameleon.core.tuning.adaptation import Welford, adapt_probability, learning_rate, robbins_monro

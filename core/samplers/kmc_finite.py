@@ -62,7 +62,7 @@ from kameleon.core.kernels.score_matching import (
     finite_update,
     random_features,
 )
-from kameleon.core.numerics.arithmetic import matmul, solve_lower, vecmat
+from kameleon.core.numerics.matrices import matmul, solve_lower, vecmat
 from kameleon.core.numerics.rng import Stream, generator
 from kameleon.core.tuning import preconditioning
 from kameleon.core.tuning.preconditioning import Preconditioner

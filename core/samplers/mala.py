@@ -42,7 +42,7 @@ from kameleon.core.interface.chain import ChainState, FloatArray, Proposal, Step
 from kameleon.core.interface.codec import register
 from kameleon.core.interface.metropolis import accept_or_reject
 from kameleon.core.interface.sampler import Evaluation, Sampler, params_parser
-from kameleon.core.numerics.arithmetic import cholesky, dot, matvec, solve_lower
+from kameleon.core.numerics.matrices import cholesky, dot, matvec, solve_lower
 from kameleon.core.numerics.rng import Stream, generator
 
 __all__ = [

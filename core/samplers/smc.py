@@ -101,9 +101,10 @@ from kameleon.core.interface.chain import (
 )
 from kameleon.core.interface.codec import register
 from kameleon.core.interface.sampler import OptionError, Sampler, params_parser
-from kameleon.core.numerics import arithmetic
-from kameleon.core.numerics.arithmetic import exp1, log1, matvec
+from kameleon.core.numerics import matrices
+from kameleon.core.numerics.arithmetic import exp1, log1
 from kameleon.core.numerics.linalg import jittered_cholesky
+from kameleon.core.numerics.matrices import matvec
 from kameleon.core.numerics.rng import Stream, generator
 from kameleon.core.populations.annealing import (
     conditional_ess,
@@ -679,9 +680,9 @@ def _factor(
         return old
     w = w / total
     x = np.where(finite[:, None], x, 0.0)
-    mean = arithmetic.vecmat(w, x)
+    mean = matrices.vecmat(w, x)
     centred = x - mean
-    cov = arithmetic.matmul(centred.T * w, centred)
+    cov = matrices.matmul(centred.T * w, centred)
     cov = 0.5 * (cov + cov.T)
     if not usable_covariance(cov) or not np.all(np.diagonal(cov) > 0):
         return old

@@ -73,8 +73,9 @@ from kameleon.core.interface.chain import (
 from kameleon.core.interface.codec import register
 from kameleon.core.interface.sampler import OptionError, Sampler, params_parser
 from kameleon.core.numerics import arithmetic
-from kameleon.core.numerics.arithmetic import exp1, log1, matvec, pow1
+from kameleon.core.numerics.arithmetic import exp1, log1, pow1
 from kameleon.core.numerics.linalg import jittered_cholesky
+from kameleon.core.numerics.matrices import matvec
 from kameleon.core.numerics.rng import Stream, generator, substream
 from kameleon.core.populations.stepping_stones import evidence_of
 from kameleon.core.populations.tempered import (

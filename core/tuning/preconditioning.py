@@ -91,8 +91,9 @@ from kameleon.core.interface.chain import FloatArray, Proposal, StepInfo, frozen
 from kameleon.core.interface.codec import register
 from kameleon.core.interface.metropolis import metropolis_ask, metropolis_transition
 from kameleon.core.interface.sampler import OptionError
-from kameleon.core.numerics.arithmetic import exp1, log1, matmul, matvec, solve_lower
+from kameleon.core.numerics.arithmetic import exp1, log1
 from kameleon.core.numerics.linalg import jittered_cholesky
+from kameleon.core.numerics.matrices import matmul, matvec, solve_lower
 from kameleon.core.numerics.rng import Stream, generator
 from kameleon.core.tuning.adaptation import Welford, learning_rate, robbins_monro, usable_covariance
 from kameleon.core.tuning.windows import min_window, window_ends, window_start

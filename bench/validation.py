@@ -23,7 +23,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kameleon.core import SAMPLERS
-from kameleon.core.validation.suite import cases, run_case
+from kameleon.core.validation.cases import cases
+from kameleon.core.validation.suite import run_case
 
 
 def table(rows: list[dict[str, object]]) -> str:

@@ -1,3 +1,4 @@
-"""The validation suite (:mod:`core.validation.suite`) and its targets with known answers
+"""The validation suite: its cases (:mod:`core.validation.cases`), how a sampler is run
+and judged on one (:mod:`core.validation.suite`), and the targets with known answers
 (:mod:`core.validation.targets`).
 """

@@ -16,7 +16,7 @@ from scipy import optimize, special, stats
 from kameleon.core.diagnostics.findings import SamplingWarning
 from kameleon.core.diagnostics.summary import ess_bulk, mcse_mean, per_parameter
 from kameleon.core.running.inprocess import sample_chains
-from kameleon.core.validation.suite import cases
+from kameleon.core.validation.cases import cases
 
 # --------------------------------------------------------------------------- logistic
 

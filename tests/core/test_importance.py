@@ -257,7 +257,8 @@ def test_a_poor_fit_on_the_bent_banana_warns() -> None:
     the truth), the weights' Pareto k stays under 0.7 because no draw lands where the
     weights would be large, and the weights' ESS, 135 of 20 000, passed a bar of 100
     for the whole session. A hundred per chain catches it."""
-    from kameleon.core.validation.suite import cases, run_case
+    from kameleon.core.validation.cases import cases
+    from kameleon.core.validation.suite import run_case
 
     (case,) = [c for c in cases() if c.name == "banana-B(0.1,100)-8d"]
     result = run_case(case, "importance", chains=4, warmup=5000, iterations=5000, seed=1)

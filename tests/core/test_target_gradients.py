@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from kameleon.core.interface.chain import FloatArray
-from kameleon.core.validation.suite import Case, cases
+from kameleon.core.validation.cases import Case, cases
 from kameleon.core.validation.targets import Banana, Flower, Gaussian
 
 RTOL = 1e-5

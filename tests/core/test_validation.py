@@ -29,7 +29,8 @@ from __future__ import annotations
 import pytest
 
 from kameleon.core import SAMPLERS
-from kameleon.core.validation.suite import cases, run_case
+from kameleon.core.validation.cases import cases
+from kameleon.core.validation.suite import run_case
 
 CASES = {case.name: case for case in cases()}
 

@@ -13,7 +13,8 @@ import numpy as np
 import pytest
 
 from kameleon.core.running.inprocess import sample
-from kameleon.core.validation.suite import cases, run_case
+from kameleon.core.validation.cases import cases
+from kameleon.core.validation.suite import run_case
 
 CASES = {case.name: case for case in cases()}
 CHAINS, WARMUP, ITERATIONS, SEED = 4, 600, 600, 5

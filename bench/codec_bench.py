@@ -1,6 +1,6 @@
 """The cost of writing a chain's state: each state encoded alone, against each encoded
 over its predecessor (what the service does: the encodings of the objects a transition
-left untouched are kept, ``core.interface.codec.encode(..., memo=, kept=)``).
+left untouched are kept, ``core.interface.documents.encode(..., memo=, kept=)``).
 
 For each sampler and dimension: a chain run in process for ``--evaluations`` told results
 (50 warm-up transitions) on a standard normal, the states after its last 300 kept; both ways of encoding them timed in
@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 
 from kameleon.core import SAMPLERS
-from kameleon.core.interface.codec import Memo, encode
+from kameleon.core.interface.codec import Memo
+from kameleon.core.interface.documents import encode
 
 
 def states(algorithm: str, dim: int, evaluations: int) -> list[Any]:

@@ -15,8 +15,9 @@ from kameleon.core.diagnostics.findings import CODES, StopRule
 from kameleon.core.diagnostics.population import population_summaries
 from kameleon.core.diagnostics.summary import MIN_DRAWS, ess_bulk, rhat
 from kameleon.core.interface.chain import FloatArray, Parts, Proposal, StepInfo, reset
-from kameleon.core.interface.codec import CodecError, Memo, cold_changed, decode, encode
+from kameleon.core.interface.codec import CodecError, Memo
 from kameleon.core.interface.defaults import CHAINS, ITERATIONS, WARMUP
+from kameleon.core.interface.documents import cold_changed, decode, encode
 from kameleon.core.interface.memory import COPIES, chain_bytes, chain_floats
 from kameleon.core.interface.memory import describe as describe_memory
 from kameleon.core.interface.options import OptionError, describe_params

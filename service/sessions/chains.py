@@ -129,7 +129,7 @@ class ChainView:
     revision: int = 0
     #: The objects of ``state`` and their encodings, when this process wrote it: the
     #: next write encodes only what its transition changed
-    #: (:func:`kameleon.core.interface.codec.encode`).
+    #: (:func:`kameleon.core.interface.documents.encode`).
     encoded: Memo | None = field(default=None, compare=False, repr=False)
     #: A chain with rounds: results told ahead of its outstanding evaluation, in order,
     #: and the leases of its round's evaluations handed out and not told.
@@ -172,7 +172,7 @@ def encode_state(
     """The stored hot part (with the mark of a chain given a point by a reset, the
     metadata's ``revision`` and a round's ``held`` results and ``leases``) and, when
     ``with_cold``, the cold part. ``memo`` and ``kept``: see
-    :func:`kameleon.core.interface.codec.encode`."""
+    :func:`kameleon.core.interface.documents.encode`."""
     hot_doc, cold_doc = encode(state, with_cold=with_cold, memo=memo, kept=kept)
     if given:
         hot_doc[_GIVEN] = True

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from kameleon.core.diagnostics.summary import mcse_mean, per_parameter
-from kameleon.core.interface.codec import encode
+from kameleon.core.interface.documents import encode
 from kameleon.core.interface.sampler import OptionError
 from kameleon.core.numerics.linalg import jittered_cholesky
 from kameleon.core.running.inprocess import run_chain

@@ -15,7 +15,7 @@ from scipy import stats
 from kameleon.core import SAMPLERS
 from kameleon.core.diagnostics.assess import autocorrelation_times
 from kameleon.core.diagnostics.autocorr import by_walker, integrated_time
-from kameleon.core.interface.codec import decode, encode
+from kameleon.core.interface.documents import decode, encode
 from kameleon.core.interface.sampler import OptionError
 from kameleon.core.running.inprocess import assess_results, run_chain, sample_chains
 from kameleon.core.samplers import ensemble

@@ -14,7 +14,7 @@ import pytest
 from kameleon.core.diagnostics.summary import mcse_mean
 from kameleon.core.gradients.check import GradientMismatch
 from kameleon.core.interface.chain import Proposal, StepInfo
-from kameleon.core.interface.codec import decode, encode
+from kameleon.core.interface.documents import decode, encode
 from kameleon.core.interface.sampler import OptionError, tell_one
 from kameleon.core.running.inprocess import run_chain
 from kameleon.core.samplers import hmc

@@ -18,7 +18,7 @@ import pytest
 
 from kameleon.core import SAMPLERS, samplers
 from kameleon.core.interface.chain import Proposal, reset
-from kameleon.core.interface.codec import decode, encode
+from kameleon.core.interface.documents import decode, encode
 from kameleon.core.interface.sampler import OptionError
 from kameleon.core.running.inprocess import run_chain, sample
 from kameleon.core.validation.targets import Gaussian

@@ -17,7 +17,7 @@ import pytest
 from scipy import stats
 
 from kameleon.core.interface.chain import FloatArray, Proposal, frozen_array
-from kameleon.core.interface.codec import cold_changed, decode, encode
+from kameleon.core.interface.documents import cold_changed, decode, encode
 from kameleon.core.interface.sampler import OptionError
 from kameleon.core.kernels import kamh_proposal
 from kameleon.core.kernels.rkhs import median_bandwidth

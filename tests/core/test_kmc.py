@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kameleon.core.interface.codec import cold_changed
+from kameleon.core.interface.documents import cold_changed
 from kameleon.core.interface.sampler import OptionError
 from kameleon.core.kernels import kernel_hmc
 from kameleon.core.numerics.rng import Stream, generator

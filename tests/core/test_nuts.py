@@ -15,7 +15,7 @@ import pytest
 from kameleon.core.diagnostics.summary import ess_mean, mcse_mean
 from kameleon.core.gradients.check import GradientMismatch
 from kameleon.core.interface.chain import Proposal, StepInfo
-from kameleon.core.interface.codec import decode, encode
+from kameleon.core.interface.documents import decode, encode
 from kameleon.core.interface.sampler import OptionError
 from kameleon.core.running.chains import Runner
 from kameleon.core.running.inprocess import run_chain

@@ -17,15 +17,8 @@ import numpy as np
 import pytest
 
 from kameleon.core import SAMPLERS
-from kameleon.core.interface.codec import (
-    ALIASES,
-    MAX_DEPTH,
-    CodecError,
-    decode,
-    encode,
-    from_jsonable,
-    registered,
-)
+from kameleon.core.interface.codec import ALIASES, MAX_DEPTH, CodecError, from_jsonable, registered
+from kameleon.core.interface.documents import decode, encode
 
 # Documents written by the codec when it named classes by their module paths: for each
 # sampler, a chain of dimension 2 (warm-up 20, the options given) after 16 transitions

@@ -19,7 +19,7 @@ from kameleon.core.diagnostics.assess import assess, summaries_of
 from kameleon.core.diagnostics.autocorr import by_walker
 from kameleon.core.diagnostics.summary import mcse_mean
 from kameleon.core.interface.chain import Parts
-from kameleon.core.interface.codec import decode, encode
+from kameleon.core.interface.documents import decode, encode
 from kameleon.core.populations import annealing, smc_evidence
 from kameleon.core.populations.tempered import log_reference
 from kameleon.core.running.inprocess import assess_results, sample_chains

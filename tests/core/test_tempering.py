@@ -15,7 +15,7 @@ import pytest
 from kameleon.core import SAMPLERS
 from kameleon.core.diagnostics.summary import mcse_mean, summarize
 from kameleon.core.interface.chain import Parts
-from kameleon.core.interface.codec import decode, encode
+from kameleon.core.interface.documents import decode, encode
 from kameleon.core.populations import stepping_stones
 from kameleon.core.running.inprocess import assess_results, sample_chains
 from kameleon.core.samplers import tempering

@@ -10,7 +10,7 @@ next has something to hand out: now (0) while an evaluation of its round is neit
 told nor leased, else when the first of its evaluations' leases runs out. Deciding a
 request on such a chain:
 
-1. Each told result is judged as for any chain (:func:`.decide.classify`) when it is
+1. Each told result is judged as for any chain (:func:`.verdicts.classify`) when it is
    for the outstanding evaluation, one before it or the initial point; one for a later
    evaluation of the round is *held* (or, held before, a ``duplicate`` or a
    ``conflict`` by its value); one beyond the round was never issued (``conflict``).
@@ -45,18 +45,11 @@ from kameleon.service.core_api import (
     transition_stats,
 )
 from kameleon.service.sessions.chains import ChainView, Held, PointLease
-from kameleon.service.sessions.decide import (
-    ChainPlan,
-    Classified,
-    Told,
-    chain_active,
-    classify,
-    initial_told,
-    write_chain,
-)
+from kameleon.service.sessions.decide import ChainPlan, chain_active, initial_told, write_chain
 from kameleon.service.sessions.errors import guarded
 from kameleon.service.sessions.meta import SessionMeta
 from kameleon.service.sessions.rows import RowLayout
+from kameleon.service.sessions.verdicts import Classified, Told, classify
 
 __all__ = ["decide_rounds", "handable", "lease_plan", "position"]
 

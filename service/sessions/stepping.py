@@ -20,7 +20,7 @@ from kameleon.service.config import Settings
 from kameleon.service.core_api import reset
 from kameleon.service.sessions.budget import grant_step, iteration_bytes, quota_of, session_bytes
 from kameleon.service.sessions.chains import LRU, Chains, ChainView, MetaChanged, encode_state
-from kameleon.service.sessions.decide import ChainPlan, Told, decide
+from kameleon.service.sessions.decide import ChainPlan, decide
 from kameleon.service.sessions.diagnostics import Diagnostics, crossed
 from kameleon.service.sessions.draws import told as told_value
 from kameleon.service.sessions.errors import Busy, Conflict, Invalid, NotFound, SamplerFailed
@@ -28,6 +28,7 @@ from kameleon.service.sessions.handout import handed_out, iso, rounds_handed_out
 from kameleon.service.sessions.meta import SessionMeta
 from kameleon.service.sessions.rounds import decide_rounds
 from kameleon.service.sessions.told import Result, parse, refusal
+from kameleon.service.sessions.verdicts import Told
 from kameleon.service.store.base import (
     ApplyResult,
     ChainRecord,

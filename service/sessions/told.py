@@ -12,9 +12,9 @@ import numpy as np
 from kameleon.service.core_api import FloatArray, Parts
 from kameleon.service.ids import parse_id
 from kameleon.service.sessions.chains import ChainView
-from kameleon.service.sessions.decide import Told, recorded
 from kameleon.service.sessions.errors import Conflict, Invalid
 from kameleon.service.sessions.meta import SessionMeta
+from kameleon.service.sessions.verdicts import Told, recorded
 
 __all__ = ["Result", "conflict", "parse", "refusal"]
 

@@ -7,9 +7,10 @@ from typing import Any
 
 from kameleon.service.ids import parse_id
 from kameleon.service.sessions.chains import ChainView
-from kameleon.service.sessions.decide import ChainPlan, Told, plan_chain
+from kameleon.service.sessions.decide import ChainPlan, plan_chain
 from kameleon.service.sessions.draws import RowLayout
 from kameleon.service.sessions.meta import SessionMeta
+from kameleon.service.sessions.verdicts import Told
 
 
 def _meta(**extra: Any) -> SessionMeta:

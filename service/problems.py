@@ -25,7 +25,7 @@ from starlette.responses import Response
 from starlette.routing import BaseRoute, Match
 
 from kameleon.service.sessions import errors as domain
-from kameleon.service.store.base import SessionNotFound, StoreBusy, StoreUnavailable
+from kameleon.service.store.records import SessionNotFound, StoreBusy, StoreUnavailable
 
 __all__ = [
     "BadRequest",

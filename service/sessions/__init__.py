@@ -43,7 +43,8 @@ from kameleon.service.sessions.trace import (
     read_trace,
 )
 from kameleon.service.sessions.waiting import Waiting
-from kameleon.service.store.base import SessionNotFound, Store
+from kameleon.service.store.base import Store
+from kameleon.service.store.records import SessionNotFound
 
 if TYPE_CHECKING:
     from kameleon.service.schemas import SessionCreate

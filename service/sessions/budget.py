@@ -21,7 +21,7 @@ from kameleon.service.config import Settings
 from kameleon.service.core_api import COPIES, SAMPLERS, chain_bytes, chain_floats
 from kameleon.service.core_api import describe_memory as describe
 from kameleon.service.sessions.rows import RowLayout
-from kameleon.service.store.base import Quota
+from kameleon.service.store.records import Quota
 
 __all__ = [
     "COPIES",

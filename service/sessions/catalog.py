@@ -25,13 +25,8 @@ from kameleon.service.sessions.errors import Quota as Quota_
 from kameleon.service.sessions.handout import iso
 from kameleon.service.sessions.meta import SessionMeta, new_meta, stop_doc
 from kameleon.service.sessions.revision import reserve, revised, rewrite_chains
-from kameleon.service.store.base import (
-    ChainRecord,
-    QuotaExceeded,
-    SessionNotes,
-    SessionNotFound,
-    Store,
-)
+from kameleon.service.store.base import Store
+from kameleon.service.store.records import ChainRecord, QuotaExceeded, SessionNotes, SessionNotFound
 
 if TYPE_CHECKING:
     from kameleon.service.schemas import SessionCreate

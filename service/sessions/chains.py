@@ -17,7 +17,8 @@ from kameleon.service.core_api import CodecError, Memo, Proposal, ask_many, deco
 from kameleon.service.jsonio import dumps, loads
 from kameleon.service.sessions.errors import Conflict, guarded
 from kameleon.service.sessions.meta import SessionMeta
-from kameleon.service.store.base import ChainRecord, Store
+from kameleon.service.store.base import Store
+from kameleon.service.store.records import ChainRecord
 
 __all__ = ["LRU", "ChainView", "Chains", "Held", "MetaChanged", "PointLease", "encode_state"]
 

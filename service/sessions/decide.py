@@ -38,7 +38,7 @@ from kameleon.service.sessions.draws import RowLayout
 from kameleon.service.sessions.errors import guarded
 from kameleon.service.sessions.meta import SessionMeta
 from kameleon.service.sessions.verdicts import Classified, Told, classify
-from kameleon.service.store.base import ChainUpdate, Counts
+from kameleon.service.store.records import ChainUpdate, Counts
 
 __all__ = [
     "ChainPlan",

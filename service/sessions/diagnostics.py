@@ -19,7 +19,8 @@ from kameleon.service.jsonio import dumps, loads
 from kameleon.service.sessions.chains import LRU, Chains
 from kameleon.service.sessions.draws import RowLayout, read_rows
 from kameleon.service.sessions.meta import SessionMeta
-from kameleon.service.store.base import ChainRecord, SessionNotFound, Store, StoreUnavailable
+from kameleon.service.store.base import Store
+from kameleon.service.store.records import ChainRecord, SessionNotFound, StoreUnavailable
 
 __all__ = ["Diagnostics"]
 

@@ -13,7 +13,8 @@ import numpy as np
 
 from kameleon.service.sessions.meta import SessionMeta
 from kameleon.service.sessions.rows import RowLayout, Rows
-from kameleon.service.store.base import SessionNotFound, Store
+from kameleon.service.store.base import Store
+from kameleon.service.store.records import SessionNotFound
 
 __all__ = ["ChainSlice", "DrawsQuery", "RowLayout", "Rows", "read_rows", "read_slices", "told"]
 

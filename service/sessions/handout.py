@@ -15,7 +15,8 @@ from kameleon.service.sessions.chains import Chains, ChainView, encode_state
 from kameleon.service.sessions.decide import ChainPlan
 from kameleon.service.sessions.meta import SessionMeta
 from kameleon.service.sessions.rounds import handable, lease_plan, position
-from kameleon.service.store.base import ApplyResult, ChainRecord, ChainUpdate, Store
+from kameleon.service.store.base import Store
+from kameleon.service.store.records import ApplyResult, ChainRecord, ChainUpdate
 
 __all__ = ["handed_out", "iso", "rounds_handed_out"]
 

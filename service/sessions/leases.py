@@ -23,7 +23,8 @@ from kameleon.service.sessions.meta import SessionMeta
 from kameleon.service.sessions.rounds import handable, lease_plan
 from kameleon.service.sessions.stepping import MAX_ATTEMPTS, session_status
 from kameleon.service.sessions.told import conflict
-from kameleon.service.store.base import ChainUpdate, Store
+from kameleon.service.store.base import Store
+from kameleon.service.store.records import ChainUpdate
 
 __all__ = ["set_leases"]
 

@@ -33,7 +33,8 @@ from kameleon.service.sessions.chains import Chains, encode_state
 from kameleon.service.sessions.decide import chain_active
 from kameleon.service.sessions.errors import Busy, Conflict, Invalid
 from kameleon.service.sessions.meta import SessionMeta
-from kameleon.service.store.base import ChainUpdate, Counts, Store
+from kameleon.service.store.base import Store
+from kameleon.service.store.records import ChainUpdate, Counts
 
 __all__ = ["reserve", "revised", "rewrite_chains"]
 

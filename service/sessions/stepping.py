@@ -29,13 +29,13 @@ from kameleon.service.sessions.meta import SessionMeta
 from kameleon.service.sessions.rounds import decide_rounds
 from kameleon.service.sessions.told import Result, parse, refusal
 from kameleon.service.sessions.verdicts import Told
-from kameleon.service.store.base import (
+from kameleon.service.store.base import Store
+from kameleon.service.store.records import (
     ApplyResult,
     ChainRecord,
     ChainUpdate,
     Counts,
     QuotaExceeded,
-    Store,
 )
 
 __all__ = ["Result", "Stepper", "session_status"]

@@ -27,14 +27,14 @@ from typing import Any
 
 import pytest
 
-from kameleon.service.store.base import (
+from kameleon.service.store.base import Store
+from kameleon.service.store.records import (
     ChainRecord,
     ChainUpdate,
     Counts,
     Quota,
     QuotaExceeded,
     SessionNotFound,
-    Store,
 )
 
 __all__ = [

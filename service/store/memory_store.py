@@ -14,7 +14,8 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from kameleon.service.store.base import (
+from kameleon.service.store.base import Store
+from kameleon.service.store.records import (
     ApplyResult,
     ChainRecord,
     ChainUpdate,
@@ -24,7 +25,6 @@ from kameleon.service.store.base import (
     SessionNotes,
     SessionNotFound,
     SessionPage,
-    Store,
 )
 
 __all__ = ["MemoryStore"]

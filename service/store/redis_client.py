@@ -52,7 +52,7 @@ def connect(url: str, *, timeout: float, max_connections: int) -> aioredis.Redis
 
     ``max_connections`` bounds this process's store operations at once, each holding
     one connection at a time: more wait for one to finish, up to ``timeout`` seconds,
-    then fail with :class:`~kameleon.service.store.base.StoreBusy`
+    then fail with :class:`~kameleon.service.store.records.StoreBusy`
     (:mod:`~kameleon.service.store.slots`).
     """
     options: dict[str, Any] = {

@@ -39,7 +39,7 @@ from collections.abc import Sequence
 from importlib import resources
 from typing import Any
 
-from kameleon.service.store.base import ChainRecord, ChainUpdate
+from kameleon.service.store.records import ChainRecord, ChainUpdate
 from kameleon.service.store.slots import with_slot
 
 __all__ = [

@@ -16,7 +16,8 @@ from typing import Any, cast
 import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 
-from kameleon.service.store.base import (
+from kameleon.service.store.base import Store
+from kameleon.service.store.records import (
     ApplyResult,
     ChainRecord,
     ChainUpdate,
@@ -26,7 +27,6 @@ from kameleon.service.store.base import (
     SessionNotes,
     SessionNotFound,
     SessionPage,
-    Store,
     StoreUnavailable,
 )
 from kameleon.service.store.redis_client import CONNECTION_RETRIES, connect

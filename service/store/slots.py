@@ -7,7 +7,7 @@ slots as the pool has connections, and gives it back when it returns: each opera
 runs its commands one after another (a pipeline is one command here), so it holds at
 most one connection of each node, and the pool is never asked for more than it has.
 When every slot is taken, an operation waits for one, up to the store timeout, then
-fails with :class:`~kameleon.service.store.base.StoreBusy`: this process is busy, the
+fails with :class:`~kameleon.service.store.records.StoreBusy`: this process is busy, the
 store itself was not asked.
 
 A slot is held only while the store works: a long poll takes one for each look at the
@@ -29,7 +29,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import MaxConnectionsError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from kameleon.service.store.base import StoreBusy, StoreUnavailable
+from kameleon.service.store.records import StoreBusy, StoreUnavailable
 
 __all__ = ["LateWrite", "Slots", "with_slot"]
 

@@ -9,15 +9,11 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from kameleon.service.store.base import (
-    Quota,
-    QuotaExceeded,
-    Store,
-    StoreUnavailable,
-)
+from kameleon.service.store.base import Store
 from kameleon.service.store.contract import *  # noqa: F403
 from kameleon.service.store.contract import ROW, create, record, update
 from kameleon.service.store.memory_store import MemoryStore
+from kameleon.service.store.records import Quota, QuotaExceeded, StoreUnavailable
 from kameleon.service.store.redis_store import RedisStore
 
 pytestmark = pytest.mark.anyio

@@ -10,7 +10,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import MaxConnectionsError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from kameleon.service.store.base import StoreBusy, StoreUnavailable
+from kameleon.service.store.records import StoreBusy, StoreUnavailable
 from kameleon.service.store.slots import LateWrite, Slots, with_slot
 
 pytestmark = pytest.mark.anyio

@@ -22,9 +22,10 @@ Contract (every implementation passes ``tests/service/test_store_contract.py``):
 - **Stopping**: once :meth:`Store.stop` has returned, no :meth:`Store.apply` leases a
   proposal of that session any more (updates are still applied).
 - **Quotas are reserved, not checked then spent.** :meth:`Store.create_session` and
-  :meth:`Store.grow` test a :class:`~kameleon.service.store.records.Quota` and reserve the bytes in one atomic step, so
-  concurrent creates (from any number of service processes) never pass a limit together;
-  a session's reservation is given back when it is deleted or expires.
+  :meth:`Store.grow` test a :class:`~kameleon.service.store.records.Quota` and reserve
+  the bytes in one atomic step, so concurrent creates (from any number of service
+  processes) never pass a limit together; a session's reservation is given back when it
+  is deleted or expires.
 - **Writes are safe to retry.** A create retried with its ``token`` returns the session
   the first made (and completes it if the first stopped half way); a delete retried by
   the session's owner succeeds again (:meth:`Store.delete_session`).

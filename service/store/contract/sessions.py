@@ -1,81 +1,17 @@
-"""The store contract: what every :class:`~kameleon.service.store.base.Store` must do,
-as pytest tests that a backend's own test module runs against its store.
-
-A new backend's tests need only a ``store`` fixture that yields a fresh store (each
-test creates its own sessions, named ``s1``, ``a``, ...), and this module's tests::
-
-    from kameleon.service.store.contract import *  # noqa: F403
-
-    @pytest.fixture
-    async def store() -> AsyncIterator[Store]:
-        the_store = MyStore(...)
-        yield the_store
-        await the_store.close()
-
-The tests are coroutines run by anyio's pytest plugin (the ``anyio_backend`` fixture
-below picks asyncio). Each uses only the :class:`Store` interface, so a backend passes
-them or has a defect; ``tests/service/test_store_contract.py`` runs them on the memory
-store, Redis and a Redis Cluster.
-"""
+"""The contract's tests of sessions, their chains' records, draws, leases and stops:
+what :meth:`~kameleon.service.store.base.Store.apply` and the reads do."""
 
 from __future__ import annotations
 
 import asyncio
 import struct
 import time
-from typing import Any
 
 import pytest
 
 from kameleon.service.store.base import Store
-from kameleon.service.store.records import (
-    ChainRecord,
-    ChainUpdate,
-    Counts,
-    Quota,
-    QuotaExceeded,
-    SessionNotFound,
-)
-
-__all__ = [
-    "QUOTA",
-    "ROW",
-    "anyio_backend",
-    "create",
-    "create_reserved",
-    "record",
-    "reserve",
-    "update",
-]
-
-
-@pytest.fixture
-def anyio_backend() -> str:
-    return "asyncio"
-
-
-ROW = 16  # bytes per draw row in these tests
-
-
-def record(chain: int, state: bytes = b'{"s":0}', active: bool = True) -> ChainRecord:
-    """A new chain's record, as a create stores it."""
-    return ChainRecord(chain, 0, state, 0, 0.0, active, None, 0)
-
-
-async def create(store: Store, sid: str = "s1", chains: int = 3, owner: str = "") -> None:
-    """Reserve (no quota) and create session ``sid`` of ``chains`` chains."""
-    meta = b'{"id": "%s", "owner": "%s", "chains": %d}' % (sid.encode(), owner.encode(), chains)
-    records = [record(c) for c in range(chains)]
-    colds = [b'{"cold": %d}' % c for c in range(chains)]
-    assert await store.reserve(sid, owner, size=0, grant=0) == sid
-    await store.create_session(sid, owner, meta, records, colds, warming=chains)
-
-
-def update(chain: int, version: int, **kw: object) -> ChainUpdate:
-    """An update of ``chain`` from ``version`` (a new state; ``kw`` sets the rest)."""
-    fields: dict[str, object] = {"state": b'{"s":%d}' % (version + 1), "active": True}
-    fields.update(kw)
-    return ChainUpdate(chain, version, **fields)  # type: ignore[arg-type]
+from kameleon.service.store.contract.common import ROW, anyio_tests, create, update
+from kameleon.service.store.records import Counts, SessionNotFound
 
 
 async def test_ping(store: Store) -> None:
@@ -394,125 +330,4 @@ async def test_a_leased_record_is_the_record_as_stored(store: Store) -> None:
     assert again == (await store.load_chains("s1", [0]))[0]
 
 
-# ---------------------------------------------------------------- quotas and retries
-
-
-QUOTA = Quota(sessions=10, bytes=1000, total_bytes=10_000)
-
-
-async def reserve(store: Store, sid: str, owner: str = "o", size: int = 10, **kw: Any) -> str:
-    """Reserve ``size`` bytes for ``sid`` within :data:`QUOTA`."""
-    return await store.reserve(sid, owner, size=size, grant=100, quota=QUOTA, **kw)
-
-
-async def test_concurrent_reservations_never_pass_a_limit(store: Store) -> None:
-    """Thirty creates at once against a limit of ten sessions: exactly ten reserve, the
-    rest are refused naming the limit; then the bytes, and every owner's bytes."""
-    outcomes = await asyncio.gather(
-        *(reserve(store, f"s{i}") for i in range(30)), return_exceptions=True
-    )
-    refused = [o for o in outcomes if isinstance(o, QuotaExceeded)]
-    assert sum(isinstance(o, str) for o in outcomes) == 10 and len(refused) == 20
-    assert {(e.limit, e.used, e.maximum) for e in refused} == {("sessions", 10, 10)}
-    big = await asyncio.gather(
-        *(reserve(store, f"b{i}", owner="p", size=300) for i in range(6)), return_exceptions=True
-    )
-    assert sum(isinstance(o, str) for o in big) == 3  # 3 x 300 <= 1000 < 4 x 300
-    assert {o.limit for o in big if isinstance(o, QuotaExceeded)} == {"bytes"}
-    total = await asyncio.gather(
-        *(reserve(store, f"t{i}", owner=f"q{i}", size=1000) for i in range(12)),
-        return_exceptions=True,
-    )
-    # 10 x 10 + 3 x 300 = 1 000 used: 9 of 1 000 more fit in 10 000 in all.
-    assert sum(isinstance(o, str) for o in total) == 9
-    assert {o.limit for o in total if isinstance(o, QuotaExceeded)} == {"total_bytes"}
-
-
-async def test_a_deleted_session_gives_its_reservation_back(store: Store) -> None:
-    for i in range(10):
-        await create_reserved(store, f"s{i}")
-    with pytest.raises(QuotaExceeded):
-        await reserve(store, "more")
-    assert await store.delete_session("s3", "o") is True
-    assert await reserve(store, "more") == "more"
-
-
-async def create_reserved(store: Store, sid: str, owner: str = "o", **kw: Any) -> str:
-    """:func:`reserve`, then create the session if the reservation is its own."""
-    got = await reserve(store, sid, owner, **kw)
-    if got == sid:
-        meta = b'{"id": "%s"}' % sid.encode()
-        await store.create_session(sid, owner, meta, [record(0)], [b"{}"], warming=1)
-    return got
-
-
-async def test_a_token_makes_a_create_safe_to_retry(store: Store) -> None:
-    assert await create_reserved(store, "first", token="t1") == "first"
-    assert await create_reserved(store, "retry", token="t1") == "first"  # nothing made
-    assert await create_reserved(store, "other", owner="p", token="t1") == "other"
-    assert len((await store.list_sessions("o", None, 10)).sessions) == 1
-    # A first create that reserved but stopped before storing: its retry gets the id
-    # and stores the session under it.
-    assert await reserve(store, "half", token="t2") == "half"
-    assert await reserve(store, "again", token="t2") == "half"
-    await store.create_session("half", "o", b'{"id": "half"}', [record(0)], [b"{}"], 1)
-    assert len((await store.list_sessions("o", None, 10)).sessions) == 2
-    assert await reserve(store, "first") == "first"  # resent: reserved once
-    assert len((await store.list_sessions("o", None, 10)).sessions) == 2
-    with pytest.raises(ValueError):
-        await reserve(store, "first", owner="p")  # another owner's id
-
-
-async def test_a_delete_is_safe_to_retry(store: Store) -> None:
-    await create_reserved(store, "a")
-    with pytest.raises(SessionNotFound):
-        await store.delete_session("a", "someone else")
-    assert await store.delete_session("a", "o") is True
-    assert await store.delete_session("a", "o") is False  # a retry: deleted before
-    with pytest.raises(SessionNotFound):
-        await store.delete_session("a", "someone else")
-    with pytest.raises(SessionNotFound):
-        await store.get_meta("a")
-
-
-async def test_grow_reserves_more_within_the_quota(store: Store) -> None:
-    await create_reserved(store, "open", size=100)
-    assert await store.grow("open", 150, 4, QUOTA) == 150  # 200 more bytes
-    assert await store.grow("open", 120, 4, QUOTA) == 150  # granted already: kept
-    with pytest.raises(QuotaExceeded) as refused:
-        await store.grow("open", 400, 4, QUOTA)  # 1 000 more: over 1 000 in all
-    assert refused.value.limit == "bytes" and refused.value.used == 300
-    assert await store.grow("open", 300, 4, QUOTA) == 300  # 900 in all
-    with pytest.raises(QuotaExceeded):
-        await reserve(store, "next", size=101)
-    assert await store.delete_session("open", "o") is True
-    assert await reserve(store, "next", size=1000) == "next"
-
-
-async def test_concurrent_creates_deletes_and_listings_keep_the_books(store: Store) -> None:
-    """Creating, deleting and listing at once, many times: no call fails, the listing
-    holds exactly the sessions left, and the quota counts exactly them."""
-
-    async def churn(k: int) -> None:
-        for i in range(8):
-            sid = f"c{k}-{i}"
-            await create_reserved(store, sid)
-            listed = (await store.list_sessions("o", None, 100)).sessions
-            assert b'{"id": "%s"}' % sid.encode() in listed
-            if i % 2 == 0:
-                assert await store.delete_session(sid, "o") is True
-
-    await asyncio.gather(*(churn(k) for k in range(2)), store.list_sessions("o", None, 5))
-    left = (await store.list_sessions("o", None, 100)).sessions
-    assert len(left) == 8
-    assert await reserve(store, "one more") == "one more"  # 9 of 10 sessions
-    assert await reserve(store, "two more") == "two more"
-    with pytest.raises(QuotaExceeded):
-        await reserve(store, "too many")
-
-
-# Every test of the contract is a coroutine for anyio's plugin, and a name to import.
-for _name, _test in list(globals().items()):
-    if _name.startswith("test_"):
-        globals()[_name] = pytest.mark.anyio(_test)
-        __all__.append(_name)
+__all__ = anyio_tests(globals())

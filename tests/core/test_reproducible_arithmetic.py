@@ -55,7 +55,8 @@ SCRIPT = """
 import hashlib, json, sys
 import numpy as np
 from kameleon.core import SAMPLERS
-from kameleon.core.interface.sampler import Parts, tell_one
+from kameleon.core.interface.chain import Parts
+from kameleon.core.interface.sampler import tell_one
 
 options, dim, warmup, iterations, chains = json.loads(sys.argv[1])
 

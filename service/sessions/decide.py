@@ -3,13 +3,13 @@ no clock.
 
 One way in, three steps:
 
-1. :func:`~kameleon.service.sessions.verdicts.classify` judges each told result
-   against its chain, without the sampler: ``apply`` (the proposal the chain waits for), ``duplicate`` (told before with this
-   value), ``conflict`` (told before with another value, or never issued) or
-   ``missing`` (applied in an earlier request, whose value only the store has: the plan
-   names those iterations, and the caller reads them and decides again with
-   ``history``). A chain moves at most once per request: the proposal after a
-   transition is issued by no one until it is handed out.
+1. :func:`~kameleon.service.sessions.verdicts.classify` judges each told result against
+   its chain, without the sampler: ``apply`` (the proposal the chain waits for),
+   ``duplicate`` (told before with this value), ``conflict`` (told before with another
+   value, or never issued) or ``missing`` (applied in an earlier request, whose value
+   only the store has: the plan names those iterations, and the caller reads them and
+   decides again with ``history``). A chain moves at most once per request: the proposal
+   after a transition is issued by no one until it is handed out.
 2. :func:`transition` makes every chain's transition in one batched tell
    (:func:`core.running.batch.tell_many`, which steps chain by chain where a sampler cannot
    batch); a sampler that fails is named by its chain.

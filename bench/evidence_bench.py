@@ -43,7 +43,8 @@ is chosen per target and sampler from a first seed's run, and stated in BENCHMAR
 ``smc`` and ``tempering`` are told prior and likelihood apart (``tempered:
 "likelihood"``); ``smc``'s particles start from the reference Gaussian
 ``N(centre, (half-width / 2)^2 I)`` of a box prior (the prior itself for the Gaussian
-prior), bridged to the prior. dynesty: ``NestedSampler`` with 1000 live points, its
+prior), bridged to the prior; ``smc-wf`` is ``smc`` with waste-free stages
+(``waste_free``), told as ``smc``. dynesty: ``NestedSampler`` with 1000 live points, its
 default sampling and bounds, ``dlogz`` 0.1 (as the issue's review). pocoMC: ``Sampler``
 with its defaults, ``run()`` with its defaults. An evaluation is a call of the
 likelihood: a point outside the prior's support, told with the log prior alone, is not
@@ -74,7 +75,7 @@ import numpy as np
 
 import kameleon
 
-SAMPLER_NAMES = ("importance", "smc", "tempering", "dynesty", "pocomc")
+SAMPLER_NAMES = ("importance", "smc", "smc-wf", "tempering", "dynesty", "pocomc")
 
 
 @dataclass(frozen=True)
@@ -291,7 +292,10 @@ TARGETS: dict[str, Callable[[], Target]] = {
 #: and a quarter of that in draws; ``smc`` 8 chains of 256 particles, the warm-up the
 #: length of the tempering measured on seed 1 (three chains) plus about a seventh (so
 #: that every chain reaches beta = 1), one sweep of draws; ``tempering`` 8 chains of 8 rungs, 300 warm-up
-#: transitions and 600 draws (1000 and 2000 in 10-d).
+#: transitions and 600 draws (1000 and 2000 in 10-d). ``smc-wf`` is ``smc`` with
+#: waste-free stages: 8 chains of 1024 particles in chains of 32 (``waste_free`` 32: 32
+#: ancestors a stage), the warm-up by ``smc``'s rule, one sweep of draws (the whole
+#: population, for the modes' shares).
 BUDGETS: dict[str, dict[str, dict[str, Any]]] = {
     "importance": {
         name: {"chains": 16, "warmup": w, "iterations": w // 4, "options": {}}
@@ -311,6 +315,21 @@ BUDGETS: dict[str, dict[str, dict[str, Any]]] = {
             "eggbox": 45000,
             "shells": 10000,
             "logistic": 18000,
+        }.items()
+    },
+    "smc-wf": {
+        name: {
+            "chains": 8,
+            "warmup": w,
+            "iterations": 1024,
+            "options": {"particles": 1024, "waste_free": 32},
+        }
+        for name, w in {
+            "gauss10": 16000,
+            "mixture4": 9000,
+            "eggbox": 9000,
+            "shells": 7000,
+            "logistic": 9000,
         }.items()
     },
     "tempering": {
@@ -354,8 +373,9 @@ def _modes(target: Target, draws: np.ndarray, weights: np.ndarray) -> dict[str, 
     return target.modes(draws, weights) if target.modes is not None else {}
 
 
-def run_kameleon(algorithm: str, target: Target, seed: int) -> dict[str, Any]:
-    budget = BUDGETS[algorithm][target.name]
+def run_kameleon(name: str, target: Target, seed: int) -> dict[str, Any]:
+    budget = BUDGETS[name][target.name]
+    algorithm = "smc" if name == "smc-wf" else name
     options = dict(budget["options"])
     counted = Counted(target)
     fn: Callable[[np.ndarray], Any] = counted.density

@@ -47,7 +47,8 @@ the noise's part. The variance of ``m_c`` is then taken as
 the noise's part as for independent particles and the persistent part as for a
 population of ``N / kappa`` independent ones. ``kappa`` is the sampler's
 (:attr:`core.interface.sampler.Sampler.population`): for ``smc``, ``2 / ess_fraction`` (4 at the
-default 0.5). Each stage keeps a conditional effective sample size of
+default 0.5; with ``waste_free`` ``P``, ``P + 4 / ess_fraction``, its last population
+being ``N / P`` ancestors' chains). Each stage keeps a conditional effective sample size of
 ``ess_fraction N`` before it resamples, and the stages compound: over 64 chains of the
 separated two-mode mixture of BENCHMARKS.md section 12 (32 and 64 particles, seeds 1
 and 2), the variance of a chain's share of one mode was 1.6 to 4.1 times the binomial

@@ -103,15 +103,18 @@ def next_delta(weights: FloatArray, logliks: FloatArray, left: float, fraction: 
     return max(lo, min(_MIN_DELTA, left))
 
 
-def systematic_resample(weights: FloatArray, u: float) -> npt.NDArray[np.intp]:
+def systematic_resample(
+    weights: FloatArray, u: float, count: int | None = None
+) -> npt.NDArray[np.intp]:
     """The indices that systematic resampling with the uniform ``u`` keeps from the
-    normalised ``weights``: particle ``i`` as many times as the points
-    ``(j + u) / N`` in its slice of the cumulative weights (its expected count is
-    ``N W_i``)."""
+    normalised ``weights``: ``count`` of them (default ``N``, the weights' size),
+    particle ``i`` as many times as the points ``(j + u) / count`` in its slice of the
+    cumulative weights (its expected count is ``count W_i``)."""
     w = np.asarray(weights, dtype=np.float64)
     n = w.size
+    m = n if count is None else count
     cumulative = np.cumsum(w)
     cumulative[-1] = 1.0  # rounding aside, it is
-    points = (np.arange(n) + u) / n
+    points = (np.arange(m) + u) / m
     out: npt.NDArray[np.intp] = np.searchsorted(cumulative, points, side="right")
     return np.minimum(out, n - 1)

@@ -48,6 +48,23 @@ is resampled systematically with one uniform of the transition's ``MIX`` stream,
 its weights are equal again. There are no moves at ``beta_0``: the starting
 evaluations end a stage of their own.
 
+**Waste-free stages** (``waste_free``: ``P``; Dau and Chopin 2022, "Waste-free
+sequential Monte Carlo"). A stage's end resamples ``M = N / P`` ancestors (systematic
+resampling with ``M`` points), ancestor ``j`` at particle ``j P``; the stage's moves are
+then ``P - 1`` steps of the ``M`` chains, step ``s`` moving chain ``j`` from particle
+``j P + s - 1`` to particle ``j P + s`` (the proposal's point if accepted, else a copy
+of the one it moved from), ``M`` transitions a step (a round), ``N - M`` a stage; and
+all ``N`` states, the ancestors included, are weighed at the next stage's end. The
+chains' states are not independent, so a stage's conditional effective sample size
+overstates what its population holds; the evidence is still the product of the stages'
+mean incremental weights over all ``N`` (an unbiased estimate for fixed temperatures:
+the ``M`` chains are a standard SMC sampler's ``M`` particles on the space of paths of
+length ``P``), and its error comes from the chains' spread
+(:mod:`core.populations.smc_evidence`), which the correlation within a population does not bias.
+After the tempering reaches ``beta = 1`` its stage's chains run once more, and the
+warm-up's further moves at ``beta = 1`` are every particle's, as without the option; a
+stage's end at the last warm-up transition resamples ``N``.
+
 **Warm-up is the tempering.** The sequence should reach ``beta = 1`` within the
 session's warm-up; the warm-up's remaining transitions move the population at
 ``beta = 1``, adapting the proposal at every stage's end. If ``beta < 1`` at the last
@@ -68,7 +85,10 @@ carries each mode with its weight; R-hat compares the chains' populations.
 mode the prior's normaliser times the marginal likelihood): each chain's estimate is the
 sum of its stages' ``log sum W w`` (in the likelihood mode with the starting weights'
 ``log mean w``), the log of an estimate of ``Z`` that is unbiased for fixed
-temperatures (the adaptive ones, chosen from the same particles, add a small bias).
+temperatures and a fixed proposal (the adaptive ones, chosen from the same particles,
+add a bias: the proposal's covariance, estimated from the population it then moves,
+keeps a population that is by chance too narrow narrow, and raised the waste-free
+stages' evidence by 0.15 to 0.65 in 10 dimensions, BENCHMARKS.md section 12).
 :func:`core.populations.smc_evidence.chain_evidence` takes the log of the mean of the chains' ``Z``,
 and its standard error by the delta method. The mean of the chains' ``log Z`` would be biased low by about
 half a chain's variance of ``log Z``; the log of their mean is biased low by
@@ -88,6 +108,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
 import numpy as np
+import numpy.typing as npt
 
 from kameleon.core.interface.chain import (
     ChainState,
@@ -170,6 +191,16 @@ class Params:
         The conditional effective sample size, as a fraction of ``N``, that each stage's
         next inverse temperature keeps (default 0.5; in ``(0, 1)``). Higher: more,
         smaller stages.
+    waste_free
+        ``P``, the length of waste-free SMC's chains (Dau and Chopin 2022); default 0:
+        off, the stages' moves as ``moves`` and ``mixing`` say. With ``P`` (from 2 to
+        ``N / 2``, dividing ``N``), each stage of the tempering resamples ``M = N / P``
+        ancestors instead of ``N`` particles and runs each through ``P - 1``
+        random-walk Metropolis moves, and all ``N`` states of the ``M`` chains, the
+        ancestors included, are the next stage's particles: a stage costs ``N - M``
+        evaluations, whatever ``moves``, ``mixing`` and ``max_moves`` (which then apply
+        only to the warm-up's moves at ``beta = 1``). Longer chains: fewer, more
+        diverse ancestors' worth of mixing per stage; shorter: more ancestors.
     tempered
         ``"reference"`` (default) or ``"likelihood"``: ``tempering``'s modes.
     reference_mean, reference_sd
@@ -190,6 +221,7 @@ class Params:
     mixing: float = 0.5
     max_moves: int = 60
     ess_fraction: float = 0.5
+    waste_free: int = 0
     tempered: Literal["reference", "likelihood"] = "reference"
     reference_mean: float = 0.0
     reference_sd: float = 2.0
@@ -207,6 +239,12 @@ class Params:
             raise OptionError("max_moves", "must be an integer from moves to 1000")
         if not 0 < self.ess_fraction < 1:
             raise OptionError("ess_fraction", "must be in (0, 1)")
+        if self.waste_free and not (
+            2 <= self.waste_free <= self.particles // 2 and self.particles % self.waste_free == 0
+        ):
+            raise OptionError(
+                "waste_free", "must be 0 (off) or an integer from 2 to particles / 2 dividing it"
+            )
         if not (self.reference_sd > 0 and math.isfinite(self.reference_sd)):
             raise OptionError("reference_sd", "must be positive and finite")
         if not math.isfinite(self.reference_mean):
@@ -264,6 +302,11 @@ class State(ChainState):
         The bridge's power of the prior against the reference, ``pi = ref^(1 - alpha)
         prior^alpha L^beta`` (the likelihood mode; 1 once the bridge is crossed, and in
         the reference mode, whose ``a`` is the reference).
+    wf_start
+        The iteration whose ``tell`` began the current stage's waste-free chains (the
+        stage's resampling of ``M`` ancestors), or -1 when the stage's moves are not
+        waste-free: their move ``m = t - wf_start - 1`` is step ``s = 1 + m // M`` of
+        chain ``j = m mod M``, from particle ``j P + s - 1`` to particle ``j P + s``.
     """
 
     COLD_FIELDS: ClassVar[tuple[str, ...]] = ("factor",)
@@ -287,6 +330,7 @@ class State(ChainState):
     alpha: float = 1.0
     mixed: float = math.inf
     forced_from: float = 1.0
+    wf_start: int = -1
 
 
 make_params = params_parser(Params)
@@ -324,9 +368,10 @@ def ask(state: State, params: Params) -> Proposal:
     t = state.iteration + 1
     n = params.particles
     k = t % n
-    current = np.asarray(state.particles[k])
     if t <= n:  # a particle's starting point
         return Proposal(t, "proposal", state.particles[k])
+    move = _waste_free_move(state, params, t)
+    current = np.asarray(state.particles[k if move is None else move[1]])
     z = generator(state.seed, state.chain, t, Stream.PROPOSE).standard_normal(params.dim)
     point = current + matvec(proposal_factor(state, params), z)
     if not np.all(np.isfinite(point)):
@@ -337,13 +382,34 @@ def ask(state: State, params: Params) -> Proposal:
 def round_size(state: State, params: Params) -> int:
     """The rest of the chain's round (:mod:`core.populations.rounds`): the rest of the sweep (each
     particle moves on its own, with the stage's proposal; a stage ends only at a
-    sweep's end), and in warm-up not past its last transition (which may end a stage)."""
+    sweep's end), and in warm-up not past its last transition (which may end a stage).
+    In a waste-free stage, the rest of its chains' step (the ``M`` chains' moves at one
+    step read the step before's particles only; a stage ends at a step's end); with
+    ``waste_free``, a warm-up stage at ``beta = 1`` need not begin at a sweep's start,
+    and the round ends with it too."""
     t = state.iteration + 1
     n = params.particles
     end = -(-t // n) * n
+    if _waste_free_move(state, params, t) is not None:
+        ancestors = n // params.waste_free
+        end = t + ancestors - 1 - (t - state.wf_start - 1) % ancestors
+    elif params.waste_free and t > n and t <= params.warmup and state.beta >= 1.0:
+        end = min(end, t + n * params.moves - state.stage_moves - 1)
     if t <= params.warmup:
         end = min(end, params.warmup)
     return end - t + 1
+
+
+def _waste_free_move(state: State, params: Params, t: int) -> tuple[int, int] | None:
+    """In a waste-free stage, the particle that move ``t`` sets and the one it moves
+    from (``j P + s`` and ``j P + s - 1``, :attr:`State.wf_start`); else ``None``."""
+    if state.wf_start < 0 or t > params.warmup:
+        return None
+    p = params.waste_free
+    ancestors = params.particles // p
+    m = t - state.wf_start - 1
+    step, j = 1 + m // ancestors, m % ancestors
+    return j * p + step, j * p + step - 1
 
 
 def ask_ahead(state: State, params: Params, k: int) -> Proposal:
@@ -431,7 +497,11 @@ def _tell(
         if t == n:
             new = _end_stage(new, params, t, force=t >= params.warmup)
         return new, StepInfo(t, outcome, prob, warm)
-    old_value, old_loglik = float(values[k]), float(logliks[k])
+    move = _waste_free_move(state, params, t)
+    source = k
+    if move is not None:
+        k, source = move
+    old_value, old_loglik = float(values[source]), float(logliks[source])
     beta = state.beta
     u = float(generator(state.seed, state.chain, t, Stream.ACCEPT).random())
     if value == -math.inf or loglik == -math.inf:
@@ -441,7 +511,8 @@ def _tell(
     else:
         if state.alpha < 1.0:  # on the bridge (beta = 0): (1 - alpha) log ref + alpha log prior
             new_g = _bridged(params, state.alpha, proposal.position, value, loglik)
-            log_alpha = new_g - _bridged(params, state.alpha, particles[k], old_value, old_loglik)
+            old_g = _bridged(params, state.alpha, particles[source], old_value, old_loglik)
+            log_alpha = new_g - old_g
         else:
             # The tempered log density is a + beta l = value - (1 - beta) l.
             log_alpha = (value - (1.0 - beta) * loglik) - (old_value - (1.0 - beta) * old_loglik)
@@ -455,6 +526,11 @@ def _tell(
         moved[k] = proposal.position
         particles = frozen_array(moved)
         values[k], logliks[k] = value, loglik
+    elif source != k:  # a waste-free chain's rejected move: its next state is its last
+        moved = np.array(particles)
+        moved[k] = particles[source]
+        particles = frozen_array(moved)
+        values[k], logliks[k] = old_value, old_loglik
     new = state.evolve(
         position=frozen_array(particles[k]),
         logdensity=float(values[k]),
@@ -470,6 +546,11 @@ def _tell(
         new = new.evolve(stage_moves=state.stage_moves + 1, stage_accept=state.stage_accept + prob)
         if state.beta < 1.0 and t == params.warmup:
             new = _end_stage(new, params, t, force=True)
+        elif move is not None:
+            if t - state.wf_start == n - n // params.waste_free:  # the chains' last step
+                new = _end_stage(new, params, t, force=False)
+            elif t == params.warmup:  # cut short: the moves after warm-up are every particle's
+                new = new.evolve(wf_start=-1)
         elif new.stage_moves >= n * params.moves and _stage_done(new, params):
             new = _end_stage(new, params, t, force=False)
     outcome = "accepted" if accepted else "rejected"
@@ -527,8 +608,8 @@ def _end_stage(state: State, params: Params, t: int, *, force: bool) -> State:
     resampling and the next stage's proposal (and, at ``beta = 1``, the proposal
     alone); on the bridge, its next step instead (:func:`_bridge`)."""
     n = params.particles
-    changes: dict[str, Any] = {"stage_moves": 0, "stage_accept": 0.0}
-    if state.stage_moves and state.beta < 1.0 and params.mixing > 0:
+    changes: dict[str, Any] = {"stage_moves": 0, "stage_accept": 0.0, "wf_start": -1}
+    if state.stage_moves and state.beta < 1.0 and params.mixing > 0 and state.wf_start < 0:
         changes["mixed"] = min(state.mixed, accepted_moves(state, params))
     if state.stage_moves:
         acc = state.stage_accept / state.stage_moves
@@ -573,9 +654,9 @@ def _end_stage(state: State, params: Params, t: int, *, force: bool) -> State:
         if np.any(np.isfinite(new_lw)):
             new_w = normalised(new_lw)
             changes["factor"] = _factor(particles, new_w, params, state.factor)
-            u = float(generator(state.seed, state.chain, t, Stream.MIX).random())
-            keep = systematic_resample(new_w, u)
+            keep, wf_start = _resample(state, params, t, new_w)
             changes.update(
+                wf_start=wf_start,
                 particles=frozen_array(particles[keep]),
                 values=frozen_array(np.asarray(state.values)[keep]),
                 logliks=frozen_array(logliks[keep]),
@@ -585,6 +666,23 @@ def _end_stage(state: State, params: Params, t: int, *, force: bool) -> State:
         changes["factor"] = _factor(particles, np.full(n, 1.0 / n), params, state.factor)
     new: State = state.evolve(**changes)
     return new
+
+
+def _resample(
+    state: State, params: Params, t: int, weights: FloatArray
+) -> tuple[npt.NDArray[np.intp], int]:
+    """The particles a stage's end keeps (systematic resampling with one uniform of the
+    transition's ``MIX`` stream), and the next stage's :attr:`State.wf_start`: ``N`` of
+    them, or with ``waste_free`` ``P`` in warm-up, ``M = N / P`` ancestors, each
+    ``P`` times, chain ``j`` at particles ``j P .. j P + P - 1`` (its moves then set
+    all but the first). A stage's end at the warm-up's last transition resamples ``N``:
+    no moves of the tempering follow it."""
+    u = float(generator(state.seed, state.chain, t, Stream.MIX).random())
+    if not params.waste_free or t >= params.warmup:
+        return systematic_resample(weights, u), -1
+    p = params.waste_free
+    ancestors = systematic_resample(weights, u, params.particles // p)
+    return np.repeat(ancestors, p), t
 
 
 def scale_step(acceptance: float, target: float, dim: int, moves: int) -> float:
@@ -650,9 +748,9 @@ def _bridge(
     new_lw = current + increment(h, delta)
     new_w = normalised(new_lw)
     particles = np.asarray(state.particles)
-    u = float(generator(state.seed, state.chain, t, Stream.MIX).random())
-    keep = systematic_resample(new_w, u)
+    keep, wf_start = _resample(state, params, t, new_w)
     changes.update(
+        wf_start=wf_start,
         alpha=state.alpha + delta,
         stages=state.stages + 1,
         log_evidence=state.log_evidence + log_mean_exp(new_lw) - log_mean_exp(current),
@@ -710,7 +808,16 @@ def population_inflation(params: Params) -> float:
     ``2 / ess_fraction``. Each stage resamples a population whose conditional effective
     sample size is ``ess_fraction N``, and the stages compound; measured on separated
     modes, the variance of a chain's share of a mode was 1.6 to 4.1 times that of ``N``
-    independent particles at the default 0.5."""
+    independent particles at the default 0.5.
+
+    With ``waste_free`` ``P``, ``P + 4 / ess_fraction``: the last stage's ``N`` particles
+    are ``M = N / P`` ancestors' chains, which do not cross separated modes, so a
+    chain's share of a mode is about that of ``M`` resampled ancestors. On the
+    two-mode mixture of BENCHMARKS.md section 12 (256 particles, 16 chains, seeds 1 to
+    3) the variance of a chain's share was 11, 23 and 52 times the binomial one at
+    ``P`` 4, 16 and 64."""
+    if params.waste_free:
+        return params.waste_free + 4.0 / params.ess_fraction
     return 2.0 / params.ess_fraction
 
 

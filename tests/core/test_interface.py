@@ -121,7 +121,10 @@ def _round_trip(state: Any) -> Any:
 
 def test_ask_is_pure(name: str) -> None:
     sampler = SAMPLERS[name]
-    params = _params(sampler)
+    _ask_is_pure(sampler, _params(sampler))
+
+
+def _ask_is_pure(sampler: Any, params: Any) -> None:
     for state in _states_at(sampler, params, 0, MID_WARMUP, POST_WARMUP):
         before = _encoded(state)
         first, second = sampler.ask(state, params), sampler.ask(state, params)
@@ -140,7 +143,10 @@ def test_ask_is_pure(name: str) -> None:
 
 def test_tell_never_mutates_its_inputs(name: str) -> None:
     sampler = SAMPLERS[name]
-    params = _params(sampler)
+    _tell_never_mutates_its_inputs(sampler, _params(sampler))
+
+
+def _tell_never_mutates_its_inputs(sampler: Any, params: Any) -> None:
     init_state = sampler.init(START, params, seed=SEED, chain=1)
     for state in [init_state, *_states_at(sampler, params, 0, MID_WARMUP, POST_WARMUP)]:
         proposal = sampler.ask(state, params)
@@ -268,7 +274,10 @@ def test_every_option_has_a_default(name: str) -> None:
 
 def test_codec_round_trip_is_exact(name: str) -> None:
     sampler = SAMPLERS[name]
-    params = _params(sampler)
+    _codec_round_trip_is_exact(sampler, _params(sampler))
+
+
+def _codec_round_trip_is_exact(sampler: Any, params: Any) -> None:
     init_state = sampler.init(START, params, seed=SEED, chain=1)
     for state in [init_state, *_states_at(sampler, params, 0, MID_WARMUP, POST_WARMUP)]:
         decoded = _round_trip(state)
@@ -280,7 +289,10 @@ def test_codec_round_trip_is_exact(name: str) -> None:
 
 def test_replay_from_seed_and_told_values_is_bit_for_bit(name: str) -> None:
     sampler = SAMPLERS[name]
-    params = _params(sampler)
+    _replay_is_bit_for_bit(sampler, _params(sampler))
+
+
+def _replay_is_bit_for_bit(sampler: Any, params: Any) -> None:
     n = POST_WARMUP
     first = run_chain(
         sampler, params, for_sampler(sampler, TARGET.logdensity), START, n, seed=SEED, chain=3
@@ -408,3 +420,35 @@ def test_the_samplers_package_holds_the_registered_samplers_only() -> None:
         for part in ("make_params", "init", "ask", "tell", "chain_floats"):
             assert getattr(record, part) is getattr(module, part), (module_name, part)
     assert records == SAMPLERS
+
+
+# --------------------------------------------------------------------------- variants
+
+#: Options that change how a sampler's transitions run, put through the contract's
+#: purity, codec and replay checks on their own (the tests above run the defaults):
+#: ``smc``'s waste-free stages, whose moves set other particles than they move from.
+VARIANTS: dict[str, tuple[str, dict[str, Any]]] = {"smc-waste-free": ("smc", {"waste_free": 4})}
+
+
+@pytest.fixture(params=sorted(VARIANTS))
+def variant(request: pytest.FixtureRequest) -> tuple[Any, Any]:
+    """A sampler and its params with a variant's options."""
+    name, extra = VARIANTS[str(request.param)]
+    sampler = SAMPLERS[name]
+    return sampler, sampler.make_params(DIM, options(name, **extra), warmup=WARMUP)
+
+
+def test_a_variant_asks_purely(variant: tuple[Any, Any]) -> None:
+    _ask_is_pure(*variant)
+
+
+def test_a_variant_never_mutates_its_inputs(variant: tuple[Any, Any]) -> None:
+    _tell_never_mutates_its_inputs(*variant)
+
+
+def test_a_variant_goes_through_the_codec_exactly(variant: tuple[Any, Any]) -> None:
+    _codec_round_trip_is_exact(*variant)
+
+
+def test_a_variant_replays_bit_for_bit(variant: tuple[Any, Any]) -> None:
+    _replay_is_bit_for_bit(*variant)

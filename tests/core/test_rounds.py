@@ -45,6 +45,18 @@ CASES = [
     ("smc", {"particles": 8, "tempered": "likelihood", "moves": 1, "mixing": 0.2}, 150),
     ("smc", {"particles": 6, "mixing": 0}, 5),  # warm-up ends inside the first sweep
     ("smc", {"particles": 8}, 21),  # the tempering forced to its end inside a sweep
+    # Waste-free stages: a round is one step of the chains; the warm-up's stages at
+    # beta = 1 then begin inside a sweep. With a reference narrower than the prior, the
+    # bridge's stages are waste-free too; warm-up ends inside a stage's chains at beta
+    # = 1, and inside them at beta < 1 (the step to 1 forced).
+    ("smc", {"particles": 8, "waste_free": 4}, 203),
+    (
+        "smc",
+        {"particles": 8, "waste_free": 2, "tempered": "likelihood", "reference_sd": 0.5},
+        150,
+    ),
+    ("smc", {"particles": 12, "waste_free": 3}, 50),
+    ("smc", {"particles": 12, "waste_free": 3}, 30),
     ("tempering", {"temperatures": 4}, 60),
     ("tempering", {"temperatures": 3, "tempered": "likelihood"}, 45),
     ("importance", {"particles": 5}, 40),

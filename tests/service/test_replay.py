@@ -203,6 +203,22 @@ def test_a_random_split_ensemble_gives_the_in_process_draws_on_every_store(
         assert draws.tobytes() == expected.tobytes(), store
 
 
+def test_a_waste_free_smc_gives_the_in_process_draws_on_every_store(
+    start_client: Callable[..., Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Waste-free stages hand out a step of their chains as a round and set other
+    particles than they move from; a session replays them bit for bit, and its draws are
+    not the default's (the option is used)."""
+    default = in_process("smc")
+    monkeypatch.setitem(OPTIONS, "smc", {"waste_free": 4})
+    expected = in_process("smc")
+    assert expected.tobytes() != default.tobytes()
+    for store in ("memory", "redis"):
+        client = start_client(store)
+        draws = served([_poster(client)], client.get, "smc")
+        assert draws.tobytes() == expected.tobytes(), store
+
+
 @pytest.mark.slow
 def test_two_service_processes_taking_turns_give_the_in_process_draws(
     redis_url: str, redis_prefix: str

@@ -21,6 +21,7 @@ from tests.service.test_replay import (
     CHAINS,
     DIM,
     ITERATIONS,
+    OPTIONS,
     SEED,
     WARMUP,
     _result,
@@ -164,6 +165,34 @@ def test_one_ask_hands_out_whole_rounds(
         assert places == sorted(places) and len(set(places)) == length
         expiry = {p["lease_expires_at"] for p in mine}
         assert len(expiry) == 1  # one lease covers the chain's round
+
+
+def test_waste_free_stages_hand_out_a_step_of_their_chains_and_replay(
+    start_client: Callable[..., TestClient], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``smc`` with ``waste_free``: after the starting sweep (a round of N) one ask hands
+    out a step of the stage's chains, M = N / P points per chain; told in any order, in
+    portions, with retries, the draws are the in-process run's on both stores."""
+    options = {"particles": 16, "waste_free": 4}
+    monkeypatch.setitem(OPTIONS, "smc", options)
+    expected = in_process("smc")
+    for store in ("memory", "redis"):
+        api = start_client(store)
+        sid = _create(api, "smc", **options)
+        inits = _post(api, f"/v1/sessions/{sid}/ask", {"max": 64})["proposals"]
+        first = _post(
+            api, f"/v1/sessions/{sid}/step", {"results": [_result(p) for p in inits], "max": 64}
+        )["proposals"]
+        assert len(first) == CHAINS * 16
+        chains = _post(
+            api, f"/v1/sessions/{sid}/step", {"results": [_result(p) for p in first], "max": 64}
+        )["proposals"]
+        assert len(chains) == CHAINS * 4, [p["id"] for p in chains]
+        assert {p["iteration"] for p in chains} == set(range(17, 21))
+        sid = _create(api, "smc", **options)
+        counts = _shuffled_run([api], sid, np.random.default_rng(3), most=64)
+        assert counts.get("held", 0) > 50 and counts.get("duplicate", 0) > 0, counts
+        assert _draws(api, sid).tobytes() == expected.tobytes(), store
 
 
 def test_a_lease_that_runs_out_hands_the_untold_out_again(

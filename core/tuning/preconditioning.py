@@ -21,9 +21,10 @@ warm-up:
 2. At the end of iteration ``w`` the **preconditioner** is set: the shift ``m`` (the
    window's mean) and the lower Cholesky factor ``L`` of its regularised covariance,
    ``Sigma = L L^T`` (``"dense"``, the default; ``"diagonal"`` keeps its diagonal only).
-   Each window's covariance is shrunk toward the previous window's estimate with the
-   weight of ``PRIOR_STATES`` states, so that a short window that moved along a few
-   directions only cannot collapse the estimate in the others.
+   Each window's covariance is shrunk toward the previous window's estimate, which
+   weighs as ``d / 2`` independent draws against the window's (:func:`window_weight`),
+   so that a window of a few hundred correlated random-walk states, or one that moved
+   along a few directions only, cannot collapse the estimate in the others.
 3. **The kernel method** runs from iteration ``w + 1`` on in whitened coordinates
    ``u = W(x) = L^-1 (x - m)``: its history, bandwidth (median heuristic), random-walk
    scales, kernel-HMC step sizes and nugget ``gamma`` are all those of ``u``, where the
@@ -35,7 +36,7 @@ warm-up:
    chain's states after scouting, in the user's coordinates, enter windows that end at
    ``w + K/8, w + K/4, w + K/2, w + 3K/4`` (``K`` the warm-up left after scouting,
    :func:`learning_window_ends`); at the end of each, ``(m, L)`` is re-estimated from
-   the window (shrunk toward the current map), and the kernel method's whitened fields
+   the window (shrunk toward the current map in the same way), and the kernel method's whitened fields
    are carried over (``remap``): its history is whitened by the new map
    (:func:`rewhiten`, the same points in ``x``), a surrogate is refitted, or, for KMC
    finite, whose statistics cannot be transformed, fitted anew. The last quarter of
@@ -120,8 +121,8 @@ PRECONDITIONING_MODES = ("diagonal", "dense", "none")
 SCOUT_TARGET_ACCEPTANCE = 0.234
 #: Nugget of the window covariance, relative to its own diagonal.
 NUGGET = 1e-6
-#: The weight, in states, of the previous estimate a window's covariance is shrunk toward.
-PRIOR_STATES = 10
+#: Integrated autocorrelation time of an optimally scaled random walk, in units of ``d``.
+WALK_AUTOCORRELATION = 1 / 0.3
 #: The state fields of the preconditioning that a store keeps with the cold parts.
 PRECONDITIONING_COLD_FIELDS = ("scout_moments", "scout_factor", "preconditioner")
 #: The fewest states a learning window after scouting holds (fewer: merged into the next).
@@ -226,18 +227,35 @@ def is_scouting(state: Any, params: Any) -> bool:
     return bool(state.iteration < scouting_iterations(params))
 
 
+def window_weight(states: int, dim: int) -> float:
+    """The weight ``a`` of a window of ``states`` states against the previous estimate:
+    ``S = a Sigma + (1 - a) P``.
+
+    A window holds about ``n_eff = 0.3 n / d`` independent draws: an optimally scaled
+    random walk's integrated autocorrelation time is about ``d / 0.3`` (Roberts, Gelman
+    and Gilks 1997). The previous estimate weighs as ``d / 2`` of them, so ``a = n_eff /
+    (n_eff + d / 2)``: the posterior mean of a covariance under an inverse-Wishart prior
+    centred on the previous estimate with about ``d / 2`` degrees of freedom. A sample
+    covariance from ``n_eff`` draws in ``d`` dimensions has eigenvalues spread over
+    ``(1 +- sqrt(d / n_eff))^2`` of the truth (Marchenko and Pastur): near ``n_eff = d``
+    its smallest goes to 0. Without the shrinkage the next window, whose proposals it
+    shapes, explores a too narrow direction less and estimates it narrower still; the
+    map collapsed (a 9-d Gaussian started 2 to 4 sds away: eigenvalues 1/100 of the
+    target's after a 1 000 warm-up, kernel HMC then accepting 5 %, BENCHMARKS.md
+    section 4). A window of many draws still overrides the previous estimate: a
+    rotation with scales a hundredfold apart is learnt within the scouting run.
+    """
+    draws = states / (WALK_AUTOCORRELATION * dim)
+    return draws / (draws + 0.5 * dim)
+
+
 def _regularised_cholesky(moments: Welford, dense: bool, prior: FloatArray) -> FloatArray | None:
     """``chol(S + eps diag(S))`` for the window's covariance ``Sigma`` shrunk toward the
-    previous estimate ``P = prior prior^T``, ``S = (n Sigma + n0 P) / (n + n0)`` with
-    ``n0 =`` :data:`PRIOR_STATES` (only its diagonal unless ``dense``), or ``None`` if
-    the window is too short or never moved in some coordinate, or its covariance is not
-    usable (:func:`core.tuning.adaptation.usable_covariance`: the chain drifts on a flat or
-    unbounded target).
-
-    The shrinkage keeps a short window that moved along a few directions only from
-    collapsing the estimate in the others (a covariance of rank close to ``d`` from a
-    few dozen accepted moves can be smaller than the target's by ten orders of
-    magnitude in some direction, and a chain whitened by it takes for ever to recover).
+    previous estimate ``P = prior prior^T``, ``S = a Sigma + (1 - a) P`` with ``a`` the
+    window's weight (:func:`window_weight`; only its diagonal unless ``dense``), or
+    ``None`` if the window is too short or never moved in some coordinate, or its
+    covariance is not usable (:func:`core.tuning.adaptation.usable_covariance`: the chain
+    drifts on a flat or unbounded target).
     """
     if moments.count < 2:
         return None
@@ -248,11 +266,9 @@ def _regularised_cholesky(moments: Welford, dense: bool, prior: FloatArray) -> F
     diagonal = np.diagonal(sigma).copy()
     if not np.all(np.isfinite(sigma)) or not np.all(diagonal > 0):
         return None
-    n = moments.count
+    a = window_weight(moments.count, len(diagonal))
     previous = matmul(prior, np.transpose(prior))
-    sigma = (n * sigma + PRIOR_STATES * (0.5 * (previous + np.transpose(previous)))) / (
-        n + PRIOR_STATES
-    )
+    sigma = a * sigma + (1 - a) * (0.5 * (previous + np.transpose(previous)))
     diagonal = np.diagonal(sigma).copy()
     if not dense:
         return np.diag(np.sqrt(diagonal * (1 + NUGGET)))

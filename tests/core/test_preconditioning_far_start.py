@@ -16,8 +16,8 @@ import pytest
 
 from kameleon.core import SAMPLERS
 from kameleon.core.diagnostics.summary import ess_bulk, per_parameter, rhat
-from kameleon.core.tuning.preconditioning import scouting_iterations, window_weight
 from kameleon.core.running.inprocess import sample
+from kameleon.core.tuning.preconditioning import scouting_iterations, window_weight
 
 DIM = 9
 SDS = np.linspace(0.6, 1.5, DIM)

@@ -11,6 +11,7 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 
 import uuid  # noqa: E402
 from collections.abc import Iterator  # noqa: E402
+from typing import Any  # noqa: E402
 
 import pytest  # noqa: E402
 
@@ -61,3 +62,42 @@ def redis_cluster() -> Iterator[Cluster]:
         pytest.skip(NO_REDIS)
     with start_cluster(binary) as cluster:
         yield cluster
+
+
+#: Modules whose tests run on one xdist worker: each has a module fixture too costly to
+#: make once per worker (subprocesses under every CPU setting, a browser and its service,
+#: the clients' service and builds, a 200 000-draw reference).
+ONE_WORKER = frozenset(
+    {
+        "tests/clients/test_clients.py",
+        "tests/core/test_evidence_logistic.py",
+        "tests/core/test_reproducible_arithmetic.py",
+        "tests/service/test_dashboard.py",
+    }
+)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under the default ``--dist load``: the tests one by one, as ``load`` hands them
+    out, except those of ``ONE_WORKER``'s modules, each module to one worker, handed out
+    first (xdist's ``loadscope`` with a test's own id as its scope elsewhere).
+    ``--dist loadgroup`` would do it with marks, but its grouping is lost on pytest 9.2
+    (pytest-xdist issue 1386)."""
+    if config.getvalue("dist") != "load":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Scheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return module if module in ONE_WORKER else nodeid
+
+    return Scheduling(config, log)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The slow tests first, in their order, then the others (a stable sort): under
+    xdist the long tests start early and the quick ones fill the workers' ends, instead
+    of a long test (tests/test_*.py are collected last) starting while the other worker
+    runs out of work. The modules of ``ONE_WORKER`` are handed out before either."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

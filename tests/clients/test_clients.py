@@ -123,11 +123,24 @@ BUILDERS: dict[str, Callable[[Path], list[str]]] = {
 }
 
 
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], list[str]]:
+    """``built(client)``: the client's command, each built once for the module's tests."""
+    argvs: dict[str, list[str]] = {}
+
+    def build(client: str) -> list[str]:
+        if client not in argvs:
+            argvs[client] = BUILDERS[client](tmp_path_factory.mktemp(client))
+        return argvs[client]
+
+    return build
+
+
 @pytest.mark.parametrize("client", list(BUILDERS))
 def test_client_samples_the_banana_through_faults(
-    client: str, service_url: str, tmp_path: Path
+    client: str, service_url: str, built: Callable[[str], list[str]]
 ) -> None:
-    argv = BUILDERS[client](tmp_path)
+    argv = built(client)
     env = {k: v for k, v in os.environ.items() if not k.startswith("KAMELEON_")}
     with faulty_proxy(service_url, Faults()) as proxy:
         env |= {
@@ -210,9 +223,9 @@ GRADIENT_RUNS = {
 
 @pytest.mark.parametrize("client", list(BUILDERS))
 def test_client_samples_the_banana_with_its_gradient(
-    client: str, service_url: str, tmp_path: Path
+    client: str, service_url: str, built: Callable[[str], list[str]]
 ) -> None:
-    argv = BUILDERS[client](tmp_path)
+    argv = built(client)
     algorithm, chains, warmup, iterations = GRADIENT_RUNS[client]
     env = {k: v for k, v in os.environ.items() if not k.startswith("KAMELEON_")}
     env |= {
@@ -257,11 +270,11 @@ def test_client_samples_the_banana_with_its_gradient(
 
 @pytest.mark.parametrize("client", list(BUILDERS))
 def test_client_says_so_when_nothing_is_after_warm_up(
-    client: str, service_url: str, tmp_path: Path
+    client: str, service_url: str, built: Callable[[str], list[str]]
 ) -> None:
     """KAMELEON_ITERATIONS=0: no table of NaNs, a line that says why there is none, and
     the service's warnings (too_few_draws) shown."""
-    argv = BUILDERS[client](tmp_path)
+    argv = built(client)
     env = {k: v for k, v in os.environ.items() if not k.startswith("KAMELEON_")}
     env |= {
         "KAMELEON_URL": service_url,
@@ -340,13 +353,14 @@ def _gibbs_exact_means() -> tuple[float, float]:
     return mu / total, tau / total
 
 
-def test_javascript_client_draws_a_conditional_block(service_url: str, tmp_path: Path) -> None:
+def test_javascript_client_draws_a_conditional_block(
+    service_url: str, built: Callable[[str], list[str]]
+) -> None:
     """The posterior means of mu and tau within 4 x MCSE (the service's) plus a floor
     of 0.02 sd, as for the banana: a 4-sigma bound, the floor for an MCSE estimated on
     short chains. 4 chains x 600 post-warm-up sweeps: the conditional draw of mu makes
     its draws nearly independent (bulk ESS in the thousands, measured)."""
-    argv = _javascript(tmp_path)
-    argv = [argv[0], str(CLIENTS / "javascript" / "gibbs.mjs")]
+    argv = [built("javascript")[0], str(CLIENTS / "javascript" / "gibbs.mjs")]
     env = {k: v for k, v in os.environ.items() if not k.startswith("KAMELEON_")}
     env |= {
         "KAMELEON_URL": service_url,

@@ -12,8 +12,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kameleon.core import SAMPLERS, rounds
+from kameleon.core import SAMPLERS
 from kameleon.core.interface.options import OptionError
+from kameleon.core.populations import rounds
 from kameleon.core.populations.annealing import log_mean_exp
 from kameleon.core.populations.tempered import log_reference
 from kameleon.core.running.inprocess import assess_results, sample_chains

@@ -8,6 +8,7 @@ A target told in parts is a model of one datum (``data_size`` 1, :data:`OPTIONS`
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -16,7 +17,7 @@ import numpy as np
 from kameleon.core.interface.chain import Parts, Proposal, StepInfo
 from kameleon.core.interface.sampler import Sampler, tell_one
 
-__all__ = ["OPTIONS", "for_sampler", "numeric_gradient", "options", "tell"]
+__all__ = ["OPTIONS", "for_sampler", "numeric_gradient", "options", "tell", "two_modes"]
 
 #: The options a sampler cannot go without, for the tests that run every sampler.
 OPTIONS: dict[str, dict[str, Any]] = {"sgld": {"data_size": 1}}
@@ -70,3 +71,14 @@ def tell(
         position = proposal.position
         gradient = np.zeros(position.size) if fn is None else numeric_gradient(fn, position)
     return tell_one(sampler, state, params, proposal, value, gradient)
+
+
+def two_modes(x: Any, mode: float) -> float:
+    """Two unit Gaussians in 2-d at ``-(mode, mode)`` and ``(mode, mode)`` with weights 0.3
+    and 0.7, normalised (``log Z = 0``): the separated mixture of the population tests."""
+    v = np.asarray(x, dtype=np.float64)
+    centre = np.array([mode, mode])
+    a = math.log(0.3) - 0.5 * float(np.sum((v + centre) ** 2))
+    b = math.log(0.7) - 0.5 * float(np.sum((v - centre) ** 2))
+    top = max(a, b)
+    return top + math.log(math.exp(a - top) + math.exp(b - top)) - math.log(2 * math.pi)

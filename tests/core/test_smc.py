@@ -24,6 +24,7 @@ from kameleon.core.populations import annealing, smc_evidence
 from kameleon.core.populations.tempered import log_reference
 from kameleon.core.running.inprocess import assess_results, sample_chains
 from kameleon.core.samplers import smc
+from tests.core.evaluations import two_modes
 
 SAMPLER = SAMPLERS["smc"]
 
@@ -50,16 +51,10 @@ def _prior_and_likelihood(x: Any) -> tuple[float, float]:
 
 SPLIT_LOG_Z = -0.5 * float(np.sum(Y * Y)) / 10.0 - math.log(2 * math.pi * 10.0)
 
-#: Two unit Gaussians at -(6, 6) and (6, 6) with weights 0.3 and 0.7, normalised.
-MODE = np.array([6.0, 6.0])
-
 
 def _bimodal(x: Any) -> float:
-    v = np.asarray(x, dtype=np.float64)
-    a = math.log(0.3) - 0.5 * float(np.sum((v + MODE) ** 2))
-    b = math.log(0.7) - 0.5 * float(np.sum((v - MODE) ** 2))
-    top = max(a, b)
-    return top + math.log(math.exp(a - top) + math.exp(b - top)) - math.log(2 * math.pi)
+    """Two unit Gaussians at -(6, 6) and (6, 6) with weights 0.3 and 0.7, normalised."""
+    return two_modes(x, 6.0)
 
 
 # --------------------------------------------------------------------------- units

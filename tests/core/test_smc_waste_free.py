@@ -19,6 +19,7 @@ from kameleon.core.populations.annealing import log_mean_exp
 from kameleon.core.populations.tempered import log_reference
 from kameleon.core.running.inprocess import assess_results, sample_chains
 from kameleon.core.samplers import smc
+from tests.core.evaluations import two_modes
 
 SAMPLER = SAMPLERS["smc"]
 
@@ -149,17 +150,9 @@ def _gauss10(x: Any) -> float:
     return -0.5 * float(r @ PRECISION10 @ r)
 
 
-#: Two unit Gaussians at -(6, 6) and (6, 6) with weights 0.3 and 0.7, normalised
-#: (``log Z = 0``).
-MODE = np.array([6.0, 6.0])
-
-
 def _bimodal(x: Any) -> float:
-    v = np.asarray(x, dtype=np.float64)
-    a = math.log(0.3) - 0.5 * float(np.sum((v + MODE) ** 2))
-    b = math.log(0.7) - 0.5 * float(np.sum((v - MODE) ** 2))
-    top = max(a, b)
-    return top + math.log(math.exp(a - top) + math.exp(b - top)) - math.log(2 * math.pi)
+    """Two unit Gaussians at -(6, 6) and (6, 6) with weights 0.3 and 0.7, normalised (``log Z = 0``)."""
+    return two_modes(x, 6.0)
 
 
 def _evidence(fn: Any, dim: int, options: dict[str, Any], warmup: int, seed: int) -> Any:

@@ -19,6 +19,7 @@ from kameleon.core.interface.documents import decode, encode
 from kameleon.core.populations import stepping_stones
 from kameleon.core.running.inprocess import assess_results, sample_chains
 from kameleon.core.samplers import tempering
+from tests.core.evaluations import two_modes
 
 SAMPLER = SAMPLERS["tempering"]
 
@@ -45,16 +46,10 @@ def _prior_and_likelihood(x: Any) -> tuple[float, float]:
 
 SPLIT_LOG_Z = -0.5 * float(np.sum(Y * Y)) / 10.0 - math.log(2 * math.pi * 10.0)
 
-#: Two unit Gaussians at -(8, 8) and (8, 8) with weights 0.3 and 0.7, normalised.
-MODE = np.array([8.0, 8.0])
-
 
 def _bimodal(x: Any) -> float:
-    v = np.asarray(x, dtype=np.float64)
-    a = math.log(0.3) - 0.5 * float(np.sum((v + MODE) ** 2))
-    b = math.log(0.7) - 0.5 * float(np.sum((v - MODE) ** 2))
-    top = max(a, b)
-    return top + math.log(math.exp(a - top) + math.exp(b - top)) - math.log(2 * math.pi)
+    """Two unit Gaussians at -(8, 8) and (8, 8) with weights 0.3 and 0.7, normalised."""
+    return two_modes(x, 8.0)
 
 
 # --------------------------------------------------------------------------- units

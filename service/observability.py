@@ -32,7 +32,6 @@ network's and its own.
 
 from __future__ import annotations
 
-import collections
 import json
 import logging
 import re
@@ -98,6 +97,7 @@ class Metrics:
         self.results = Counter(
             "kameleon_results", "Told results, by outcome.", ["outcome"], registry=self.registry
         )
+        self._results_by_outcome: dict[str, Any] = {}
         self.proposals = Counter(
             "kameleon_proposals", "Proposals handed out.", registry=self.registry
         )
@@ -129,9 +129,15 @@ class Metrics:
 
     def count_answer(self, answer: dict[str, Any]) -> None:
         """Count a step, ask or tell answer's results and proposals."""
-        outcomes = collections.Counter(result["outcome"] for result in answer.get("results") or ())
+        outcomes: dict[str, int] = {}
+        for result in answer.get("results") or ():
+            outcome = result["outcome"]
+            outcomes[outcome] = outcomes.get(outcome, 0) + 1
         for outcome, count in outcomes.items():  # one labelled child per outcome, not result
-            self.results.labels(outcome).inc(count)
+            child = self._results_by_outcome.get(outcome)
+            if child is None:  # labels() validates and locks: once per outcome, not per answer
+                child = self._results_by_outcome[outcome] = self.results.labels(outcome)
+            child.inc(count)
         proposals = answer.get("proposals")
         if proposals:
             self.proposals.inc(len(proposals))

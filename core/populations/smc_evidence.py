@@ -158,11 +158,21 @@ def evidence_findings(states: Sequence[Any], params: Any) -> list[Finding]:
         "mixed",
         params.mixing,
         lambda n, worst: (
-            f"{n} of {len(done)} chains had a stage whose moves ended "
-            f"(max_moves {params.max_moves}) before the particles mixed: {worst:.2f} accepted "
-            f"moves per particle and dimension at worst, under {params.mixing:g} (mixing); the "
-            "next stage weighed too few distinct points, and the evidence is biased whatever "
-            "its error bar (a larger max_moves)"
+            (
+                f"{n} of {len(done)} chains had a waste-free stage whose chains of "
+                f"{params.waste_free} states ended before they mixed: {worst:.2f} accepted "
+                f"moves per chain and dimension at worst, under {params.mixing:g} (mixing); "
+                "the next stage weighed near copies of a few ancestors, and the evidence is "
+                "biased whatever its error bar (a larger waste_free)"
+            )
+            if params.waste_free
+            else (
+                f"{n} of {len(done)} chains had a stage whose moves ended "
+                f"(max_moves {params.max_moves}) before the particles mixed: {worst:.2f} "
+                f"accepted moves per particle and dimension at worst, under {params.mixing:g} "
+                "(mixing); the next stage weighed too few distinct points, and the evidence "
+                "is biased whatever its error bar (a larger max_moves)"
+            )
         ),
     )
     if ev is not None and len(done) < MIN_CHAINS_FOR_ERROR:

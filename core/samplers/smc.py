@@ -297,7 +297,8 @@ class State(ChainState):
         The last move's acceptance probability, and the mean of the last ended stage's.
     mixed
         The least of the tempering's stages' accepted moves per particle and dimension
-        (:func:`accepted_moves`).
+        (:func:`accepted_moves`); for a waste-free stage, per chain of ``P`` states and
+        dimension (:func:`chain_moves`).
     alpha
         The bridge's power of the prior against the reference, ``pi = ref^(1 - alpha)
         prior^alpha L^beta`` (the likelihood mode; 1 once the bridge is crossed, and in
@@ -585,6 +586,17 @@ def accepted_moves(state: State, params: Params) -> float:
     return state.stage_accept / (params.particles * params.dim)
 
 
+def chain_moves(state: State, params: Params) -> float:
+    """A waste-free stage's accepted moves per chain and dimension: the stage's
+    acceptance probabilities summed over its ``M = N / P`` chains' moves, over ``M d``.
+    The ``P`` states of a chain are as far from their common ancestor as the chain has
+    moved, so this is what :func:`accepted_moves` is to a stage whose particles move
+    apart: below ``mixing``, the chains' states are near copies of ``M`` ancestors (the
+    population holds fewer distinct points than its ``N``, and the next stage's weights
+    and the evidence are biased whatever the error bar)."""
+    return accepted_moves(state, params) * params.waste_free
+
+
 def _bridged(params: Params, alpha: float, x: FloatArray, value: float, loglik: float) -> float:
     """The bridge's log density ``(1 - alpha) log ref + alpha log prior`` at a point in
     the support (``value - loglik`` is the told log prior)."""
@@ -609,8 +621,9 @@ def _end_stage(state: State, params: Params, t: int, *, force: bool) -> State:
     alone); on the bridge, its next step instead (:func:`_bridge`)."""
     n = params.particles
     changes: dict[str, Any] = {"stage_moves": 0, "stage_accept": 0.0, "wf_start": -1}
-    if state.stage_moves and state.beta < 1.0 and params.mixing > 0 and state.wf_start < 0:
-        changes["mixed"] = min(state.mixed, accepted_moves(state, params))
+    if state.stage_moves and state.beta < 1.0 and params.mixing > 0:
+        moved = accepted_moves(state, params) if state.wf_start < 0 else chain_moves(state, params)
+        changes["mixed"] = min(state.mixed, moved)
     if state.stage_moves:
         acc = state.stage_accept / state.stage_moves
         changes["stage_acceptance"] = acc

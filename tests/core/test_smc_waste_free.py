@@ -113,6 +113,29 @@ def test_a_stage_costs_n_minus_m_evaluations_whatever_the_moves_options() -> Non
         assert all(b - a == n - n // p for a, b in zip([n, *ends], ends, strict=False)), ends
 
 
+def test_a_stage_counts_its_chains_moves_and_warns_when_they_did_not_mix() -> None:
+    """A waste-free stage's ``mixed`` is its accepted moves per chain and dimension,
+    ``P`` times the per-particle figure: with chains of 2 states (one move a stage) the
+    64 particles are near copies of 32 ancestors and the stage has not mixed; with chains
+    of 16 states it has. The first run's evidence finding names the waste-free option."""
+    mixed = {}
+    for p in (2, 16):
+        params = smc.make_params(2, {"particles": 64, "waste_free": p}, warmup=5000)
+        state = _started(params, _narrow)
+        stages = state.stages
+        while state.stages == stages:  # the first stage ended inside a run of chains
+            state = _tell(state, params, _narrow)
+        assert state.beta < 1.0
+        mixed[p] = state.mixed
+    # P = 2: (N / 2 moves x acceptance) x 2 / (N d) = acceptance / 2 < 0.5, the default
+    # mixing, whatever the acceptance; P = 16: 7.5 x acceptance, over 0.5 above 0.07.
+    assert smc.make_params(2, {}, warmup=100).mixing == 0.5
+    assert mixed[2] < 0.5 <= mixed[16], mixed
+    assessment, _ = _evidence(_narrow, 2, {"particles": 64, "waste_free": 2}, 2000, seed=1)
+    messages = [f.message for f in assessment.findings if f.code == "evidence_unreliable"]
+    assert any("waste-free stage" in m and "a larger waste_free" in m for m in messages), messages
+
+
 def test_the_warmup_moves_at_beta_one_are_every_particles_after_the_last_chains() -> None:
     """Once the tempering has reached 1, its stage's chains run once more; the warm-up's
     moves after them, and every move after warm-up, move particle ``t mod N``."""

@@ -11,7 +11,9 @@ For each ``algorithm:chains`` a session (d = 8, memory store, 100 warm-up
 transitions) is stepped by an in-process client (every chain's point told and the next
 asked in one ``step``; a standard normal); the thread's CPU time inside
 ``SessionService.step`` (the decision, the sampler, the store and the hand-out, not
-HTTP or JSON) is divided by the chains, per step after the first ``--skip``. CPU time,
+HTTP or JSON) is divided by the chains, per step after the first ``--skip``; and so is
+the whole request's inside the app (``request_*``: the route, the body's validation,
+the answer's JSON and the middleware too). CPU time,
 unlike wall time, is little moved by the other work of a shared machine; the minimum
 over the steps is the figure to compare, the median is printed beside it.
 """
@@ -45,7 +47,15 @@ async def measure(algorithm: str, chains: int, steps: int, skip: int) -> dict[st
             return answer
 
         service.step = timed
-        transport = httpx.ASGITransport(app=app)
+        requests: list[float] = []
+
+        async def whole(scope: Any, receive: Any, send: Any) -> None:
+            started = time.thread_time()
+            await app(scope, receive, send)
+            if scope["type"] == "http" and scope["path"].endswith("/step"):
+                requests.append(time.thread_time() - started)
+
+        transport = httpx.ASGITransport(app=whole)
         async with httpx.AsyncClient(transport=transport, base_url="http://bench") as api:
             spec = {"algorithm": algorithm, "dim": 8, "chains": chains, "seed": 1, "warmup": 100}
             sid = (await api.post("/v1/sessions", json=spec)).json()["id"]
@@ -61,7 +71,13 @@ async def measure(algorithm: str, chains: int, steps: int, skip: int) -> dict[st
                 )
                 proposals = answer.json()["proposals"]
     kept = [t / chains * 1e6 for t in times[skip:]]
-    return {"min_us": min(kept), "median_us": statistics.median(kept)}
+    whole_request = [t / chains * 1e6 for t in requests[skip:]]
+    return {
+        "min_us": min(kept),
+        "median_us": statistics.median(kept),
+        "request_min_us": min(whole_request),
+        "request_median_us": statistics.median(whole_request),
+    }
 
 
 def main() -> None:

@@ -52,6 +52,48 @@ def frozen_array(values: Any) -> FloatArray:
     return arr
 
 
+_Record = TypeVar("_Record")
+
+
+def _setter(cls: type, name: str) -> Callable[[Any, Any], None]:
+    """The field's slot's setter (which a frozen class's ``__setattr__`` does not
+    guard), or ``object.__setattr__`` for a class without slots."""
+    slot = getattr(cls, name, None)
+    if isinstance(slot, types.MemberDescriptorType):
+        return slot.__set__
+    return lambda obj, value: object.__setattr__(obj, name, value)
+
+
+def slot_init(cls: type[_Record]) -> type[_Record]:
+    """Give a frozen, slotted dataclass an ``__init__`` that fills its slots through
+    their descriptors: the generated one calls ``object.__setattr__`` per field (which
+    a frozen class needs around its own ``__setattr__``), about five times slower for a
+    record of eight fields, and records like :class:`Proposal` are made at every
+    evaluation. The same signature and defaults; for records without default factories
+    or ``__post_init__``."""
+    fields = dataclasses.fields(cls)  # type: ignore[arg-type]
+    if hasattr(cls, "__post_init__") or any(
+        f.default_factory is not dataclasses.MISSING or not f.init or f.kw_only for f in fields
+    ):
+        raise TypeError(f"{cls.__name__}: slot_init takes plain fields only")
+    names = {f"_set_{f.name}": _setter(cls, f.name) for f in fields}
+    defaults = {f"_default_{f.name}": f.default for f in fields}
+    params = ", ".join(
+        f.name if f.default is dataclasses.MISSING else f"{f.name}=_default_{f.name}"
+        for f in fields
+    )
+    body = "".join(f"    _set_{f.name}(self, {f.name})\n" for f in fields)
+    namespace: dict[str, Any] = {**names, **defaults}
+    # Generated as dataclasses generates its own, from the fields alone.
+    exec(f"def __init__(self, {params}):\n{body}", namespace)
+    init = namespace["__init__"]
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    init.__doc__ = cls.__init__.__doc__
+    cls.__init__ = init  # type: ignore[method-assign]
+    return cls
+
+
+@slot_init
 @dataclass(frozen=True, slots=True)
 class Proposal:
     """A point that a chain needs evaluated.
@@ -102,6 +144,7 @@ class Proposal:
     indices: tuple[int, ...] | None = None
 
 
+@slot_init
 @dataclass(frozen=True, slots=True)
 class StepInfo:
     """What one ``tell`` did; returned, never carried in the state."""
@@ -168,15 +211,6 @@ class _Layout:
             index={name: i for i, name in enumerate(names)},
             setters=tuple(_setter(cls, name) for name in names),
         )
-
-
-def _setter(cls: type, name: str) -> Callable[[Any, Any], None]:
-    """The field's slot's setter (which a frozen class's ``__setattr__`` does not
-    guard), or ``object.__setattr__`` for a class without slots."""
-    slot = getattr(cls, name, None)
-    if isinstance(slot, types.MemberDescriptorType):
-        return slot.__set__
-    return lambda obj, value: object.__setattr__(obj, name, value)
 
 
 def _one(name: str) -> Callable[[Any], tuple[Any, ...]]:

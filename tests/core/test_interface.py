@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import inspect
 import json
 import math
 import pkgutil
@@ -452,3 +453,56 @@ def test_a_variant_goes_through_the_codec_exactly(variant: tuple[Any, Any]) -> N
 
 def test_a_variant_replays_bit_for_bit(variant: tuple[Any, Any]) -> None:
     _replay_is_bit_for_bit(*variant)
+
+
+@pytest.mark.parametrize("name", sorted(SAMPLERS))
+def test_evolve_is_replace_for_every_state(name: str) -> None:
+    """``evolve`` copies through the fields' slots (a layout per class): the same state
+    as ``dataclasses.replace``, of the same class, and an unknown field refused."""
+    sampler = SAMPLERS[name]
+    params = sampler.make_params(3, options(name), warmup=10)
+    state = sampler.init(np.full(3, 0.5), params, seed=2, chain=1)
+    changed = state.evolve(iteration=7, accepted=3)
+    expected = dataclasses.replace(state, iteration=7, accepted=3)
+    assert type(changed) is type(expected)
+    for field in dataclasses.fields(expected):
+        a, b = getattr(changed, field.name), getattr(expected, field.name)
+        assert a is b or a == b, field.name
+    with pytest.raises(TypeError, match="no field"):
+        state.evolve(nonsense=1)
+
+
+def test_records_made_at_every_evaluation_keep_their_dataclass_init() -> None:
+    """``Proposal`` and ``StepInfo`` fill their slots through ``slot_init``: the same
+    signature and defaults as the dataclass's own ``__init__``, and still frozen."""
+    from kameleon.core.interface.chain import StepInfo, slot_init
+
+    for cls in (Proposal, StepInfo):
+        plain = dataclasses.make_dataclass(
+            cls.__name__,
+            [(f.name, f.type, f) for f in dataclasses.fields(cls)],
+            frozen=True,
+            slots=True,
+        )
+        ours, theirs = inspect.signature(cls), inspect.signature(plain)
+        assert [(q.name, q.kind, q.default) for q in ours.parameters.values()] == [
+            (q.name, q.kind, q.default) for q in theirs.parameters.values()
+        ]
+    p = Proposal(3, "proposal", np.zeros(2), step=2, block=1)
+    assert (p.iteration, p.kind, p.log_correction, p.step, p.minibatch, p.block) == (
+        3,
+        "proposal",
+        0.0,
+        2,
+        None,
+        1,
+    )
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        p.step = 3  # type: ignore[misc]
+
+    @dataclasses.dataclass(frozen=True, slots=True)
+    class WithFactory:
+        items: list[int] = dataclasses.field(default_factory=list)
+
+    with pytest.raises(TypeError, match="plain fields"):
+        slot_init(WithFactory)

@@ -14,7 +14,7 @@ from kameleon.core.diagnostics.assess import assess
 from kameleon.core.diagnostics.findings import CODES, StopRule
 from kameleon.core.diagnostics.population import population_summaries
 from kameleon.core.diagnostics.summary import MIN_DRAWS, ess_bulk, rhat
-from kameleon.core.interface.chain import FloatArray, Parts, Proposal, StepInfo, reset
+from kameleon.core.interface.chain import FloatArray, Parts, Proposal, StepInfo, reset, slot_init
 from kameleon.core.interface.codec import CodecError, Memo
 from kameleon.core.interface.defaults import CHAINS, ITERATIONS, WARMUP
 from kameleon.core.interface.documents import cold_changed, decode, encode
@@ -78,6 +78,7 @@ __all__ = [
     "round_size",
     "shard_warnings",
     "single_threaded_blas",
+    "slot_init",
     "start_radius",
     "takes_steps",
     "tell_many",

@@ -13,7 +13,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from kameleon.service.core_api import CodecError, Memo, Proposal, ask_many, decode, encode
+from kameleon.service.core_api import (
+    CodecError,
+    Memo,
+    Proposal,
+    ask_many,
+    decode,
+    encode,
+    slot_init,
+)
 from kameleon.service.jsonio import dumps, loads
 from kameleon.service.sessions.errors import Conflict, guarded
 from kameleon.service.sessions.meta import SessionMeta
@@ -109,6 +117,7 @@ class PointLease(NamedTuple):
         return cls(int(iteration), int(step), float.fromhex(until), request and str(request))
 
 
+@slot_init  # made at every write
 @dataclass(frozen=True, slots=True)
 class ChainView:
     """A chain's record with its state decoded.

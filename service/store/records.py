@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from kameleon.service.core_api import slot_init
+
 __all__ = [
     "ApplyResult",
     "ChainRecord",
@@ -110,6 +112,7 @@ class Counts(NamedTuple):
 NO_CHANGE = Counts()
 
 
+@slot_init  # made at every write
 @dataclass(frozen=True, slots=True)
 class ChainUpdate:
     """A compare-and-set write of one chain (see :meth:`Store.apply`).

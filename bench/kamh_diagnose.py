@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/kamh_diagnose.py [--target offset-gaussian-9d] [--seed 1] \
         [--chains 0,1,2,3] [--warmup 1000] [--iterations 2000] [--window 250] \
-        [--options '{"bandwidth": 10}'] [--out FILE]
+        [--options '{"bandwidth": 10}'] [--nu2 3,10] [--out FILE]
 
 Runs ``kameleon`` chains by its ``ask`` and ``tell`` from the origin on a target of
 :mod:`bench.kernels_bench` and reports, per window of iterations, for the kernel method's
@@ -13,12 +13,15 @@ the end of the run, it gives the spread of ``log det R_y`` (the proposal covaria
 whitened coordinates) over the frozen subsample's points and over the chain's
 post-warm-up states (5 %, 50 %, 95 % quantiles), the trace of ``R_y`` over the same
 points, and the squared distance, in bandwidths, from each post-warm-up state to its
-nearest subsample point.
+nearest subsample point. With ``--nu2``, each chain's state at the end of warm-up is also
+run on with each of the given ``nu^2`` instead of its own (the rest of the state frozen
+as it is), and the kernel steps' mean acceptance after warm-up is reported for each.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -34,7 +37,7 @@ from kernels_bench import TARGETS
 from kameleon.core import SAMPLERS
 from kameleon.core.kernels.kamh_proposal import covariance_cholesky, log_det_cholesky
 from kameleon.core.kernels.rkhs import gaussian_kernel_grad
-from kameleon.core.numerics.arithmetic import exp1
+from kameleon.core.numerics.arithmetic import exp1, log1
 from kameleon.core.tuning import preconditioning
 
 
@@ -57,8 +60,29 @@ def proposal_covariance_stats(state: Any, params: Any, points: np.ndarray) -> di
     }
 
 
+def _post_warmup_acceptance(target: Any, params: Any, state: Any, total: int) -> float:
+    """The kernel steps' mean acceptance from ``state`` (at the end of warm-up) to ``total``."""
+    sampler = SAMPLERS["kameleon"]
+    acc = []
+    while state.iteration < total:
+        kernel_step = not preconditioning.is_random_walk(state, params)
+        proposal = sampler.ask(state, params)
+        value = float(target.logdensity(np.asarray(proposal.position)))
+        state, info = sampler.tell(state, params, proposal, value)
+        if kernel_step:
+            acc.append(info.acceptance_probability)
+    return round(float(np.mean(acc)), 3)
+
+
 def run_chain(
-    target: Any, params: Any, *, seed: int, chain: int, total: int, window: int
+    target: Any,
+    params: Any,
+    *,
+    seed: int,
+    chain: int,
+    total: int,
+    window: int,
+    nu2: tuple[float, ...] = (),
 ) -> dict[str, Any]:
     sampler = SAMPLERS["kameleon"]
     state = sampler.init(np.zeros(target.dim), params, seed=seed, chain=chain)
@@ -104,6 +128,13 @@ def run_chain(
         if t == params.warmup:
             Z = state.reservoir if state.subsample is None else state.subsample
             warmup_end = {"at_subsample": proposal_covariance_stats(state, params, Z)}
+            if nu2:
+                warmup_end["acceptance_after_by_nu2"] = {
+                    str(v): _post_warmup_acceptance(
+                        target, params, dataclasses.replace(state, log_nu2=log1(v)), total
+                    )
+                    for v in nu2
+                }
     Z = state.reservoir if state.subsample is None else state.subsample
     pre = state.preconditioner
     whitened = np.array([pre.whiten(x) for x in post])
@@ -128,6 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--iterations", type=int, default=2000)
     parser.add_argument("--window", type=int, default=250)
     parser.add_argument("--options", default="{}", help="kameleon options, JSON")
+    parser.add_argument("--nu2", default="", help="nu^2 values to run on with, e.g. 3,10")
     parser.add_argument("--out", default=None, help="also write the results as JSON here")
     args = parser.parse_args(argv)
     target = TARGETS[args.target]
@@ -143,6 +175,7 @@ def main(argv: list[str] | None = None) -> int:
                 chain=chain,
                 total=args.warmup + args.iterations,
                 window=args.window,
+                nu2=tuple(float(v) for v in args.nu2.split(",") if v),
             )
             results.append(r)
             print(f"chain {chain}")

@@ -1,7 +1,8 @@
 """The kernel samplers against Adaptive Metropolis at a short warm-up, default options.
 
     .venv/bin/python bench/kernels_bench.py [--seeds 1,2,3] [--chains 4] [--warmup 5000] \
-        [--iterations 5000] [--algorithms am,kameleon,kmc-lite,kmc-finite] [--target NAME ...]
+        [--iterations 5000] [--algorithms am,kameleon,kmc-lite,kmc-finite] [--target NAME ...] \
+        [--options JSON]
 
 Targets: in d = 8, a Gaussian with standard deviations 0.1..10 along axes rotated by a
 random orthogonal matrix, the banana B(0.03, 100) and the flower F(10, 6, 6, 1); in d = 9,
@@ -58,7 +59,14 @@ ALGORITHMS = ("am", "kameleon", "kmc-lite", "kmc-finite")
 
 
 def run(
-    target_name: str, algorithm: str, *, seed: int, chains: int, warmup: int, iterations: int
+    target_name: str,
+    algorithm: str,
+    *,
+    seed: int,
+    chains: int,
+    warmup: int,
+    iterations: int,
+    options: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     target = TARGETS[target_name]
     started = time.perf_counter()
@@ -73,6 +81,7 @@ def run(
             iterations=iterations,
             seed=seed,
             initial=np.zeros(target.dim),
+            options=options or None,
             warn=False,
         )
     evaluations = chains * (warmup + iterations)
@@ -81,6 +90,7 @@ def run(
         "target": target_name,
         "algorithm": algorithm,
         "seed": seed,
+        **({"options": options} if options else {}),
         "min_ess_per_1000": float(np.min(per_parameter(ess_bulk, draws))) / evaluations * 1000,
         "max_rhat": float(np.max(per_parameter(rhat, draws))),
         "sd_x2": float(flat[:, 1].std()),
@@ -114,8 +124,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--iterations", type=int, default=5000, help="post-warm-up, per chain")
     parser.add_argument("--algorithms", default=",".join(ALGORITHMS))
     parser.add_argument("--target", action="append", default=[], help="repeat for several")
+    parser.add_argument(
+        "--options",
+        default="{}",
+        help="options (JSON) given to every sampler but am, e.g. '{\"bandwidth\": 10}'",
+    )
     parser.add_argument("--out", default=None, help="also write the rows as JSON lines here")
     args = parser.parse_args(argv)
+    options = json.loads(args.options)
     rows = []
     for target_name in args.target or list(TARGETS):
         for algorithm in args.algorithms.split(","):
@@ -127,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
                     chains=args.chains,
                     warmup=args.warmup,
                     iterations=args.iterations,
+                    options=None if algorithm == "am" else options,
                 )
                 print(json.dumps(row), file=sys.stderr, flush=True)
                 rows.append(row)

@@ -40,11 +40,42 @@ Implementation notes, with the reference code's pitfalls fixed:
   ``min(1, alpha)`` toward ``target_acceptance``.
 * The current point's log density is cached in the state and never re-evaluated, so a
   noisy unbiased estimate of the density gives an exact pseudo-marginal chain.
+
+Two departures from the paper, both for the short warm-ups of a service (the paper's
+experiments adapt for 20 000 to 60 000 iterations), measured in BENCHMARKS.md, section 4
+("KAMH's acceptance after warm-up"):
+
+* **The subsample freezes before ``nu^2`` does** (``"warmup"`` adaptation). The paper
+  replaces ``Z`` and adapts ``nu^2`` until the end of warm-up and then freezes both; the
+  post-warm-up chain then runs with a ``nu^2`` tuned against subsamples it no longer
+  has. Here the kernel part starts from the chain's last few states (a small, local
+  ``Z``, whose kernel part is tiny), so Robbins-Monro first drives ``nu^2`` up by two
+  orders of magnitude, and as ``Z`` spreads over the target its gain has fallen too far
+  to bring ``nu^2`` back: on a 9-d Gaussian started outside its bulk it ended warm-up
+  at 11 to 22, up to a few times what the frozen ``Z`` wants (:func:`subsample_freeze`). So ``Z`` (and its bandwidth) freezes
+  three quarters of the way through the kernel method's warm-up, with the default
+  preconditioning at the end of the map's last learning window, and ``nu^2`` adapts
+  through the last quarter against exactly the proposal the chain keeps, with its
+  Robbins-Monro gain restarted (as Stan restarts its step size's in each window).
+* **The nugget scales with the dimension in whitened coordinates.** ``R_y``'s kernel part
+  is large near ``Z`` and vanishes away from it; a ``Z`` gathered in a short warm-up
+  (a few hundred correlated states, a few dozen independent draws) leaves parts of
+  the target far from every ``z_i``, where ``R_y`` falls to ``gamma^2 I``. With the
+  paper's ``gamma = 0.2`` (a quarter of the optimal random walk's step in 9 whitened
+  dimensions), a chain there crawls, and a move between a point near ``Z`` and one
+  away from it is rejected by the Hastings correction (``log det R_y`` spread over 17
+  to 33 nats across the target). With preconditioning the target has about unit
+  covariance in the kernel method's coordinates, and the default nugget is half the
+  optimal random walk's step there, ``0.5 * 2.38 / sqrt(d)``: the floor under ``R_y``
+  is then the same share of the target's scale in every dimension, and a chain away
+  from ``Z`` still moves. Without preconditioning (the user's coordinates, whose scale
+  the sampler does not know) the default stays 0.2.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -105,6 +136,11 @@ NAME = "kameleon"
 # recomputed whenever the subsample changes (often, during warm-up), and 200 rows
 # (19900 pairs) pin the median down to a few percent.
 _MEDIAN_POINTS = 200
+#: ``gamma`` without preconditioning: the reference code's, in the user's coordinates.
+REFERENCE_GAMMA = 0.2
+#: ``gamma`` in whitened coordinates, as a share of the optimal random walk's step
+#: ``2.38 / sqrt(d)`` on a target of unit covariance (module docstring).
+WHITENED_GAMMA_SHARE = 0.5
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,13 +157,19 @@ class Params(PreconditionOptions):
         many points (and, with the median heuristic, two distinct ones); before that the
         proposal is the random walk ``N(x, gamma^2 I)`` (default 10).
     gamma
-        Standard deviation of the isotropic part of the proposal, and of the random
-        walk used before the subsample is large enough (default 0.2, the reference
-        value, which suits targets whose scales are between about 1 and 10: unit-scale
-        Gaussians, the bananas B(0.03, 100) and B(0.1, 100) and the flower F(10, 6, 6, 1)).
-        It is not adapted: choose it small compared with the target's scale, so that the
-        kernel part can shape the proposal, but large enough for the initial random walk
-        to move, and for the chain to move in the tails, where the kernel part vanishes.
+        Standard deviation of the isotropic part of the proposal (the nugget), and of the
+        random walk used before the subsample is large enough. Default: with
+        preconditioning, ``0.5 * 2.38 / sqrt(dim)`` in the whitened coordinates, half the
+        step of the optimal random walk on a target of unit covariance, so that where
+        the kernel part vanishes (away from the subsample) the chain still moves as a
+        random walk at a quarter of that walk's variance, in any dimension (a departure
+        from the paper: see the module docstring); without preconditioning, 0.2, the
+        reference value, which suits targets whose scales are between about 1 and 10
+        (unit-scale Gaussians, the bananas B(0.03, 100) and B(0.1, 100) and the flower
+        F(10, 6, 6, 1)). It is not adapted: choose it small compared with the target's
+        scale, so that the kernel part can shape the proposal, but large enough for the
+        initial random walk to move, and for the chain to move in the tails, where the
+        kernel part vanishes.
     nu2
         Initial ``nu^2``, the dimensionless scale of the kernel part (default
         ``2.38^2 / dim``, see the module docstring).
@@ -141,8 +183,11 @@ class Params(PreconditionOptions):
         Target of the ``nu^2`` adaptation (default 0.234).
     adaptation
         ``"warmup"`` (default, the paper's choice): the subsample is a reservoir sample
-        of the warm-up history after ``adapt_start``, and it and ``nu^2`` freeze at the
-        end of warm-up. ``"diminishing"``: the reservoir keeps sampling the whole
+        of the warm-up history after ``adapt_start``; it freezes three quarters of the
+        way from there to the end of warm-up, ``nu^2`` adapts against the frozen
+        subsample through the last quarter, and both stay fixed after warm-up (a
+        departure from the paper, whose subsample changes until the end of warm-up: see
+        the module docstring). ``"diminishing"``: the reservoir keeps sampling the whole
         history after ``adapt_start``, and each iteration, with a probability that
         vanishes (:func:`core.tuning.adaptation.adapt_probability`), the proposal's subsample
         is replaced by the reservoir and ``nu^2`` is adapted.
@@ -155,7 +200,7 @@ class Params(PreconditionOptions):
     warmup: int
     subsample_size: int = 1000
     min_subsample: int = 10
-    gamma: float = 0.2
+    gamma: float | None = None
     nu2: float | None = None
     bandwidth: float | None = None
     adapt_scale: bool = True
@@ -169,7 +214,7 @@ class Params(PreconditionOptions):
             raise OptionError("subsample_size", "must be at least 2")
         if not 2 <= self.min_subsample <= self.subsample_size:
             raise OptionError("min_subsample", "must be between 2 and subsample_size")
-        if not self.gamma > 0:
+        if self.gamma is not None and not self.gamma > 0:
             raise OptionError("gamma", "must be positive")
         if self.nu2 is not None and not self.nu2 > 0:
             raise OptionError("nu2", "must be positive")
@@ -183,6 +228,16 @@ class Params(PreconditionOptions):
     @property
     def initial_nu2(self) -> float:
         return self.nu2 if self.nu2 is not None else 2.38 * 2.38 / self.dim
+
+    @property
+    def nugget(self) -> float:
+        """``gamma`` (see ``gamma``): as given, else by the coordinates the kernel
+        method works in."""
+        if self.gamma is not None:
+            return self.gamma
+        if preconditioning.scouting_iterations(self) == 0:
+            return REFERENCE_GAMMA
+        return WHITENED_GAMMA_SHARE * 2.38 / math.sqrt(self.dim)
 
 
 @register("kameleon.State")
@@ -303,10 +358,11 @@ def _kernel_ask(state: State, params: Params) -> Proposal:
 def _propose(state: State, params: Params, rng: np.random.Generator) -> tuple[FloatArray, float]:
     x = state.position
     if state.bandwidth is None:
-        return x + params.gamma * rng.standard_normal(params.dim), 0.0
+        return x + params.nugget * rng.standard_normal(params.dim), 0.0
     Z = _proposal_subsample(state)
     bandwidth = state.bandwidth
-    gamma2 = params.gamma * params.gamma
+    gamma = params.nugget
+    gamma2 = gamma * gamma
     bandwidth2 = bandwidth * bandwidth
     scale2 = exp1(state.log_nu2) * (bandwidth2 * bandwidth2) / Z.shape[0]
     if params.dim <= Z.shape[0]:
@@ -321,7 +377,7 @@ def _propose(state: State, params: Params, rng: np.random.Generator) -> tuple[Fl
         log_q_backward = log_density_whitened(solve_lower(L_new, -step), log_det_new)
     else:
         M = gaussian_kernel_grad(x, Z, bandwidth)
-        step, log_q_forward = sample_proposal(rng, params.gamma, scale2, M)
+        step, log_q_forward = sample_proposal(rng, gamma, scale2, M)
         x_new = x + step
         M_new = gaussian_kernel_grad(x_new, Z, bandwidth)
         log_q_backward = log_density_woodbury(-step, gamma2, scale2, M_new)
@@ -343,8 +399,30 @@ def _kernel_adapt(
     )
     if not collecting:
         return new
+    if params.adaptation == "warmup" and t > subsample_freeze(params):
+        return _adapt_scale(new, state, params, info.acceptance_probability)
     adapting = u_adapt < _adapt_probability(t, params)
     return _adapt(new, state, params, info.acceptance_probability, adapting)
+
+
+def subsample_freeze(params: Params) -> int:
+    """The iteration after which, in ``"warmup"`` mode, the subsample is frozen and only
+    ``nu^2`` adapts, against it, until the end of warm-up: three quarters of the way from
+    :func:`core.tuning.preconditioning.kernel_start` to the end of warm-up (with the
+    default preconditioning, the end of the map's last learning window)."""
+    start = preconditioning.kernel_start(params)
+    return start + 3 * max(0, params.warmup - start) // 4
+
+
+def _adapt_scale(new: State, old: State, params: Params, prob: float) -> State:
+    """The final warm-up window (after :func:`subsample_freeze`): ``Z`` and the bandwidth
+    stay as they are, and ``nu^2`` adapts with a Robbins-Monro gain restarted at the
+    window's start, so that it settles on the proposal the chain keeps after warm-up."""
+    if not params.adapt_scale or old.bandwidth is None:
+        return new
+    rate = learning_rate(new.iteration, start=subsample_freeze(params))
+    log_nu2 = robbins_monro(old.log_nu2, prob, params.target_acceptance, rate)
+    return dataclasses.replace(new, log_nu2=log_nu2)
 
 
 def _adapt_probability(t: int, params: Params) -> float:

@@ -141,8 +141,8 @@ def test_log_correction_is_the_hastings_ratio(branch: str) -> None:
     for iteration in range(5):
         proposal = kameleon.ask(dataclasses.replace(state, iteration=iteration), params)
         x_new = proposal.position
-        R_x = explicit_covariance(x, Z, bandwidth, params.gamma, nu2)
-        R_new = explicit_covariance(x_new, Z, bandwidth, params.gamma, nu2)
+        R_x = explicit_covariance(x, Z, bandwidth, params.nugget, nu2)
+        R_new = explicit_covariance(x_new, Z, bandwidth, params.nugget, nu2)
         expected = stats.multivariate_normal(x_new, R_new).logpdf(x) - stats.multivariate_normal(
             x, R_x
         ).logpdf(x_new)
@@ -154,7 +154,7 @@ def test_ask_draws_from_the_documented_covariance() -> None:
     dim, n = BRANCHES["cholesky"]
     state, params = fitted_state(dim, n, seed=7)
     Z = state.reservoir
-    R = explicit_covariance(state.position, Z, median_bandwidth(Z), params.gamma, 0.7)
+    R = explicit_covariance(state.position, Z, median_bandwidth(Z), params.nugget, 0.7)
     N = 4000
     steps = (
         np.array(
@@ -295,18 +295,52 @@ def run(params: kameleon.Params, iterations: int) -> list[kameleon.State]:
 
 def test_warmup_mode_freezes_the_subsample_and_nu2() -> None:
     params = kameleon.make_params(2, {**NONE, "subsample_size": 50}, warmup=300)
+    # No preconditioning: the kernel method starts at once and Z freezes at 3/4 of warm-up.
+    assert kameleon.subsample_freeze(params) == 225
     states = run(params, 400)
-    during = states[1:301]
+    during = states[1:226]
     assert any(b.log_nu2 != a.log_nu2 for a, b in itertools.pairwise(during))
-    assert states[300].reservoir.shape == (50, 2) and states[300].history_size == 300
+    assert states[225].reservoir.shape == (50, 2) and states[225].history_size == 225
     for state in during[params.min_subsample :]:  # the median follows the reservoir
         assert state.bandwidth == pytest.approx(median_bandwidth(state.reservoir), rel=1e-12)
+    final = states[225:301]  # the last quarter: Z and l fixed, nu^2 adapts against them
+    assert sum(b.log_nu2 != a.log_nu2 for a, b in itertools.pairwise(final)) > 50
+    for a, b in itertools.pairwise(final):
+        assert b.reservoir is a.reservoir and (b.bandwidth, b.history_size) == (
+            a.bandwidth,
+            a.history_size,
+        )
     after = states[300:]
     assert any(b.position is not a.position for a, b in itertools.pairwise(after))
     for a, b in itertools.pairwise(after):
         assert b.reservoir is a.reservoir and b.subsample is None
         assert (b.log_nu2, b.bandwidth, b.history_size) == (a.log_nu2, a.bandwidth, a.history_size)
         assert not cold_changed(a, b)  # a store writes nothing big
+
+
+def test_nu2_restarts_its_gain_when_the_subsample_freezes() -> None:
+    params = kameleon.make_params(2, {**NONE, "subsample_size": 50}, warmup=300)
+    states = run(params, 240)
+    # Iteration t of the last quarter moves log nu^2 by (t - 225)^-1/2 (alpha - target):
+    # the first step of the window by the whole (alpha - target), as at the kernel
+    # method's start, not by 225^-1/2 of it.
+    a, b = states[225], states[226]
+    proposal = kameleon.ask(a, params)
+    new, info = kameleon.tell(a, params, proposal, gaussian_logdensity(proposal.position))
+    assert new.log_nu2 == b.log_nu2
+    assert new.log_nu2 - a.log_nu2 == pytest.approx(info.acceptance_probability - 0.234)
+
+
+def test_the_default_nugget_follows_the_coordinates() -> None:
+    # Whitened coordinates (unit covariance): half the optimal random walk's step.
+    assert kameleon.make_params(9, {}, warmup=1000).nugget == pytest.approx(0.5 * 2.38 / 3)
+    assert kameleon.make_params(9, {"preconditioning": "diagonal"}, warmup=1000).nugget == (
+        pytest.approx(0.5 * 2.38 / 3)
+    )
+    # The user's coordinates: the reference code's 0.2; a given gamma as given.
+    assert kameleon.make_params(9, NONE, warmup=1000).nugget == 0.2
+    assert kameleon.make_params(9, {"precondition_iterations": 0}, warmup=1000).nugget == 0.2
+    assert kameleon.make_params(9, {"gamma": 0.3}, warmup=1000).nugget == 0.3
 
 
 def test_diminishing_mode_keeps_adapting_with_vanishing_probability() -> None:

@@ -65,12 +65,17 @@ def _preconditioned_kameleon(
 
 
 def _log_q_x(
-    to: np.ndarray, frm: np.ndarray, state: kameleon.State, pre: Preconditioner, nu2: float
+    to: np.ndarray,
+    frm: np.ndarray,
+    state: kameleon.State,
+    pre: Preconditioner,
+    nu2: float,
+    gamma: float,
 ) -> float:
     """``log q_x(to | frm)`` computed directly in the user's coordinates: the density of
     ``x* = m + L u*`` with ``u* ~ N(W(frm), R_u(W(frm)))`` is ``N(frm, L R_u L^T)``."""
     u = np.linalg.solve(pre.factor, frm - pre.shift)
-    R_u = explicit_covariance(u, state.reservoir, state.bandwidth or 1.0, 0.2, nu2)
+    R_u = explicit_covariance(u, state.reservoir, state.bandwidth or 1.0, gamma, nu2)
     L = pre.factor
     return float(stats.multivariate_normal(frm, L @ R_u @ L.T).logpdf(to))
 
@@ -81,7 +86,12 @@ def test_log_correction_is_the_hastings_ratio_in_the_users_coordinates(dim: int,
         state, params, pre = _preconditioned_kameleon(dim, n, seed)
         proposal = kameleon.ask(state, params)
         x, x_new = np.asarray(state.position), np.asarray(proposal.position)
-        expected = _log_q_x(x, x_new, state, pre, 0.7) - _log_q_x(x_new, x, state, pre, 0.7)
+        # The nugget of the whitened coordinates, 0.5 * 2.38 / sqrt(dim) (kameleon.Params).
+        gamma = params.nugget
+        assert gamma == pytest.approx(0.5 * 2.38 / math.sqrt(dim))
+        expected = _log_q_x(x, x_new, state, pre, 0.7, gamma) - _log_q_x(
+            x_new, x, state, pre, 0.7, gamma
+        )
         assert proposal.log_correction == pytest.approx(expected, rel=1e-7, abs=1e-7)
 
 

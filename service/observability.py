@@ -98,6 +98,8 @@ class Metrics:
             "kameleon_results", "Told results, by outcome.", ["outcome"], registry=self.registry
         )
         self._results_by_outcome: dict[str, Any] = {}
+        self._requests_by_key: dict[tuple[str, str, int], Any] = {}
+        self._latency_by_route: dict[tuple[str, str], Any] = {}
         self.proposals = Counter(
             "kameleon_proposals", "Proposals handed out.", registry=self.registry
         )
@@ -126,6 +128,19 @@ class Metrics:
         """A request answered 503 by a store that did not answer, or (``busy``) by a
         process with no store connection free."""
         (self.busy if busy else self.unavailable).inc()
+
+    def count_request(self, method: str, route: str, status: int, seconds: float) -> None:
+        """Count and time one request (its labelled children kept: ``labels()``
+        validates and locks, at every request otherwise)."""
+        key = (method, route, status)
+        counted = self._requests_by_key.get(key)
+        if counted is None:
+            counted = self._requests_by_key[key] = self.requests.labels(method, route, str(status))
+        counted.inc()
+        timed = self._latency_by_route.get(key[:2])
+        if timed is None:
+            timed = self._latency_by_route[key[:2]] = self.latency.labels(method, route)
+        timed.observe(seconds)
 
     def count_answer(self, answer: dict[str, Any]) -> None:
         """Count a step, ask or tell answer's results and proposals."""
@@ -172,8 +187,7 @@ class RequestMetrics:
             elapsed = time.perf_counter() - started
             method, path = scope["method"], scope["path"]
             route = route_of(path)
-            self.metrics.requests.labels(method, route, str(status)).inc()
-            self.metrics.latency.labels(method, route).observe(elapsed)
+            self.metrics.count_request(method, route, status, elapsed)
             if self.log_requests:
                 self.log.info(
                     "%s %s %d %.1f ms",

@@ -180,6 +180,12 @@ class Trajectory:
     log_weight, subtree_log_weight
         The log sums of the weights ``exp(H0 - H)`` of the trajectory before the current
         subtree, and of the current subtree.
+    transition
+        The transition the tree belongs to (the chain's iteration once it ends). A tree
+        is begun (its momentum drawn) when the transition before it ends, or when the
+        initial point is told, so that its first point's ask and tell read the momentum
+        instead of each drawing it; 0 in a state written before trees were begun then,
+        whose tree between transitions is the last one's, finished.
     """
 
     left: Point
@@ -198,6 +204,7 @@ class Trajectory:
     accept_sum: float
     log_weight: float
     subtree_log_weight: float
+    transition: int = 0
 
 
 @register("nuts.State")
@@ -222,8 +229,8 @@ class State(ChainState):
         diverged, the divergences after warm-up so far, the Hamiltonian at the draw
         (Stan's ``treedepth__``, ``n_leapfrog__``, ``divergent__``, ``energy__``).
     trajectory
-        The transition's tree in progress; with no point told (``points`` 0), the
-        last one's, stale: the state keeps its shape between transitions.
+        The transition's tree in progress; with no point told (``points`` 0), the next
+        transition's, begun: the starting point with its momentum drawn.
     """
 
     COLD_FIELDS: ClassVar[tuple[str, ...]] = WARMUP_COLD_FIELDS
@@ -292,14 +299,25 @@ def _idle(dim: int, params: Params) -> Trajectory:
 
 
 def _begin(state: State, params: Params) -> Trajectory:
-    """The tree in progress, or a new one of the starting point alone."""
-    if state.trajectory.points:
-        return state.trajectory
+    """The tree in progress (or begun), or a new one of the starting point alone (a
+    state written before trees were begun when the transition before them ended)."""
+    tree = state.trajectory
+    if tree.points or tree.transition == state.iteration + 1:
+        return tree
+    return _start(state)
+
+
+def _start(state: State, metric: FloatArray | None = None) -> Trajectory:
+    """The next transition's tree of the starting point alone: its momentum drawn from
+    the transition's proposal stream, for the inverse metric ``metric`` (the state's
+    unless given)."""
     t = state.iteration + 1
-    momentum = draw_momentum(generator(state.seed, state.chain, t, Stream.PROPOSE), state.metric)
+    if metric is None:
+        metric = state.metric
+    momentum = draw_momentum(generator(state.seed, state.chain, t, Stream.PROPOSE), metric)
     logdensity = state.logdensity
     assert logdensity is not None  # asked and told only once the initial point is
-    energy0 = -logdensity + kinetic_energy(momentum, state.metric)
+    energy0 = -logdensity + kinetic_energy(momentum, metric)
     start = Point(state.position, _frozen(momentum), state.gradient, logdensity, energy0)
     empty = _no_checkpoints(state.position.size)
     return Trajectory(
@@ -319,6 +337,7 @@ def _begin(state: State, params: Params) -> Trajectory:
         accept_sum=0.0,
         log_weight=0.0,
         subtree_log_weight=-math.inf,
+        transition=t,
     )
 
 
@@ -575,8 +594,11 @@ def _tell_not_leapfrog(
         return new_state.evolve(evaluations=state.evaluations + 1), info
     if proposal.kind != "init" or proposal.iteration != state.iteration:
         raise ValueError("proposal does not belong to this state")
-    idle = dataclasses.replace(state.trajectory, points=0)
-    return tell_initial_gradient(state, params, logdensity, g, trajectory=idle)
+    idle = dataclasses.replace(state.trajectory, points=0, transition=0)
+    new_state, info = tell_initial_gradient(state, params, logdensity, g, trajectory=idle)
+    if new_state.logdensity is None:  # told -inf: waits for a new initial point
+        return new_state, info
+    return new_state.evolve(trajectory=_start(new_state)), info
 
 
 def _grow(
@@ -668,6 +690,7 @@ def _grow(
         grown = Trajectory(
             left, right, sample, moved, sub_sample, momentum_sum, ckpt_momentum, ckpt_sum,
             ckpt_previous, depth, 0, points, tree.energy0, accept_sum, log_weight, -math.inf,
+            tree.transition,
         )  # fmt: skip
         if done:
             return _end(state, params, t, grown, points, accept_sum, depth, False, **common)
@@ -677,6 +700,7 @@ def _grow(
     grown = Trajectory(
         left, right, sample, moved, sub_sample, momentum_sum, ckpt_momentum, ckpt_sum,
         ckpt_previous, tree.depth, leaf, points, tree.energy0, accept_sum, log_weight, sub_log_w,
+        tree.transition,
     )  # fmt: skip
     return state.evolve(trajectory=grown, **common), StepInfo(t, "step", 1.0, t <= params.warmup)
 
@@ -807,24 +831,13 @@ def _end(
         diverging=diverging,
         divergences=state.divergences + (diverging and t > params.warmup),
         energy=sample.energy,
-        trajectory=_stale(tree),
     )
-    new = new.evolve(**warmup_changes(new, params, prob, t))
+    changes = warmup_changes(new, params, prob, t)
+    # The next tree, begun with the inverse metric the warm-up leaves: its momentum is
+    # drawn here, once, not at its first point's ask and again at its tell.
+    new = new.evolve(**changes, trajectory=_start(new, changes.get("metric", new.metric)))
     outcome: Literal["accepted", "rejected"] = "accepted" if tree.moved else "rejected"
     return new, StepInfo(t, outcome, prob, t <= params.warmup)
-
-
-def _stale(tree: Trajectory) -> Trajectory:
-    """A finished tree as the state keeps it until the next transition begins: its
-    points, without its checkpoints, which the next tree does not read."""
-    empty = _no_checkpoints(tree.left.position.size)
-    return dataclasses.replace(
-        tree,
-        points=0,
-        checkpoint_momentum=empty,
-        checkpoint_sum=empty,
-        checkpoint_previous=empty,
-    )
 
 
 def chain_floats(dim: int, params: Params) -> int:

@@ -4,6 +4,7 @@ tree's depth and energy."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections.abc import Callable
@@ -363,3 +364,126 @@ def test_replay_through_the_codec_at_every_evaluation_is_bit_for_bit() -> None:
         value, gradient = f(again.position)
         state, _ = nuts.tell_gradient(state, params, again, value, gradient)
     assert encode(state) == encode(direct)
+
+
+#: A chain's state as the code before trees were begun at the previous transition's end
+#: wrote it (``seed`` 7, chain 1, ``x^4 / 4`` added to a standard normal's first
+#: coordinate, 20 warm-up transitions): within a tree, and between two transitions (its
+#: tree the finished one's); with the next proposal that code asked, and a digest of
+#: the next 200 proposals' positions and the position after them.
+BEFORE_BEGUN_TREES = json.loads(
+    '{"within":{"hot":{"c":"nuts.State","v":{"position":{"a":"f8","s":[2],"b":"qBPjOjoU3j'
+    '9IqetL9Qn1vw=="},"logdensity":-0.9871623865334969,"iteration":13,"accepted":11,"epoc'
+    'h":0,"seed":7,"chain":1,"gradient":{"a":"f8","s":[2],"b":"OeNYToxc4r9IqetL9Qn1Pw=="}'
+    ',"step":9,"evaluations":61,"step_size":0.10279438158833948,"tree_depth":1,"n_steps":'
+    '1,"diverging":false,"divergences":0,"energy":2.5325598232530915,"trajectory":{"c":"n'
+    'uts.Trajectory","v":{"left":{"c":"nuts.Point","v":{"position":{"a":"f8","s":[2],"b":'
+    '"lGAFvBFS5j/LKS/OylfWvw=="},"momentum":{"a":"f8","s":[2],"b":"wkvkJdCmyr/F0JAYFWwAwA'
+    '=="},"gradient":{"a":"f8","s":[2],"b":"ni59jRKX8L/LKS/OylfWPw=="},"logdensity":-0.36'
+    '33824429455137,"energy":2.4920011428479456}},"right":{"c":"nuts.Point","v":{"positio'
+    'n":{"a":"f8","s":[2],"b":"p4Gn4vwFxj8KMP6jmaL9vw=="},"momentum":{"a":"f8","s":[2],"b'
+    '":"t39rkwYf6b/CyiOhQJfuvw=="},"gradient":{"a":"f8","s":[2],"b":"kJP64OSsxr8KMP6jmaL9'
+    'Pw=="},"logdensity":-1.7303384562393735,"energy":2.4954132938915166}},"sample":{"c":'
+    '"nuts.Point","v":{"position":{"a":"f8","s":[2],"b":"lGAFvBFS5j/LKS/OylfWvw=="},"mome'
+    'ntum":{"a":"f8","s":[2],"b":"wkvkJdCmyr/F0JAYFWwAwA=="},"gradient":{"a":"f8","s":[2]'
+    ',"b":"ni59jRKX8L/LKS/OylfWPw=="},"logdensity":-0.3633824429455137,"energy":2.4920011'
+    '428479456}},"moved":true,"subtree_sample":{"c":"nuts.Point","v":{"position":{"a":"f8'
+    '","s":[2],"b":"AE9BUM4d0D/b63JfA+j7vw=="},"momentum":{"a":"f8","s":[2],"b":"dzh5mq9j'
+    '6L82hgoGvUDyvw=="},"gradient":{"a":"f8","s":[2],"b":"gt/xbm8j0b/b63JfA+j7Pw=="},"log'
+    'density":-1.5537306263853479,"energy":2.4948995148847812}},"momentum_sum":{"a":"f8",'
+    '"s":[2],"b":"P871zl1YFsCpKScEiRYwwA=="},"checkpoint_momentum":{"a":"f8","s":[2,2],"b'
+    '":"dzh5mq9j6L82hgoGvUDyv5CtqnZJ79O/poC105EMAMA="},"checkpoint_sum":{"a":"f8","s":[2,'
+    '2],"b":"SF6I/Hw0E8CmFjz+nUMuwLYpFBChpQ7ArpFWF4HgJ8A="},"checkpoint_previous":{"a":"f'
+    '8","s":[2,2],"b":"jEB0SY5Z57+25lCkeQT1v9zv3vqJDdq/pcYMK0kD/78="},"depth":3,"leaf":2,'
+    '"points":9,"energy0":2.493299055240718,"accept_sum":8.994728085776178,"log_weight":2'
+    '.079845768641488,"subtree_log_weight":0.6912898644086226}}},"schema_version":1},"col'
+    'd":{"check":{"c":"gradient_check.Check","v":{"pending":false,"coordinate":0,"level":'
+    '0,"plus":{"f":"nan"},"previous":{"f":"nan"},"unchecked":0}},"adapt":{"c":"gradient_w'
+    'armup.DualAveraging","v":{"log_step":-2.2750245812645735,"log_step_bar":-0.356754498'
+    '0863603,"h_bar":0.07263793468528851,"count":13,"mu":2.962971379767665}},"metric":{"a'
+    '":"f8","s":[2],"b":"AAAAAAAA8D8AAAAAAADwPw=="},"window":{"c":"gradient_warmup.Metric'
+    'Window","v":{"count":10,"mean_x":{"a":"f8","s":[2],"b":"vIgbV5aBhb82o3OtPZLfvw=="},"'
+    'm2_x":{"a":"f8","s":[2],"b":"PmacGJQkCUAUKViCxysrQA=="},"mean_g":{"a":"f8","s":[2],"'
+    'b":"OAB7UFQlxD82o3OtPZLfPw=="},"m2_g":{"a":"f8","s":[2],"b":"bu8p8QaTJ0AUKViCxysrQA='
+    '="},"outer":{"a":"f8","s":[0,0],"b":""}}}},"next":[0.09042435780157786,-1.9406791818'
+    '235232],"digest":"2a72cb6cc3798935879bb24c40e31859e2b0654252a1d555c1409fe6b66adf3b"}'
+    ',"between":{"hot":{"c":"nuts.State","v":{"position":{"a":"f8","s":[2],"b":"y8f42Z/aw'
+    'z/AEB06rbL+Pw=="},"logdensity":-1.8527298062692361,"iteration":14,"accepted":12,"epo'
+    'ch":0,"seed":7,"chain":1,"gradient":{"a":"f8","s":[2],"b":"hBygKehUxL/AEB06rbL+vw=="'
+    '},"step":0,"evaluations":83,"step_size":0.19657823730095317,"tree_depth":5,"n_steps"'
+    ':31,"diverging":false,"divergences":0,"energy":2.495745125217687,"trajectory":{"c":"'
+    'nuts.Trajectory","v":{"left":{"c":"nuts.Point","v":{"position":{"a":"f8","s":[2],"b"'
+    ':"IkxyngKSt78IoSy9PZsAQA=="},"momentum":{"a":"f8","s":[2],"b":"QmsZbXGO6T9U5kZmt+jIv'
+    'w=="},"gradient":{"a":"f8","s":[2],"b":"BAFQZinFtz8IoSy9PZsAwA=="},"logdensity":-2.1'
+    '58732189091648,"energy":2.4965785303982595}},"right":{"c":"nuts.Point","v":{"positio'
+    'n":{"a":"f8","s":[2],"b":"BJ0uMjYg1L/Ygur7IYQAwA=="},"momentum":{"a":"f8","s":[2],"b'
+    '":"1ZedUieS579eUP1dnZnSPw=="},"gradient":{"a":"f8","s":[2],"b":"4UEFTrUd1j/Ygur7IYQA'
+    'QA=="},"logdensity":-2.1830063719320396,"energy":2.496521240814156}},"sample":{"c":"'
+    'nuts.Point","v":{"position":{"a":"f8","s":[2],"b":"y8f42Z/awz/AEB06rbL+Pw=="},"momen'
+    'tum":{"a":"f8","s":[2],"b":"6+KW2Kw86T8BEwRxmxPqvw=="},"gradient":{"a":"f8","s":[2],'
+    '"b":"hBygKehUxL/AEB06rbL+vw=="},"logdensity":-1.8527298062692361,"energy":2.49574512'
+    '5217687}},"moved":true,"subtree_sample":{"c":"nuts.Point","v":{"position":{"a":"f8",'
+    '"s":[2],"b":"y8f42Z/awz/AEB06rbL+Pw=="},"momentum":{"a":"f8","s":[2],"b":"6+KW2Kw86T'
+    '8BEwRxmxPqvw=="},"gradient":{"a":"f8","s":[2],"b":"hBygKehUxL/AEB06rbL+vw=="},"logde'
+    'nsity":-1.8527298062692361,"energy":2.495745125217687}},"momentum_sum":{"a":"f8","s"'
+    ':[2],"b":"UJhdXfwBAcClmw5Dxw9EwA=="},"checkpoint_momentum":{"a":"f8","s":[0,2],"b":"'
+    '"},"checkpoint_sum":{"a":"f8","s":[0,2],"b":""},"checkpoint_previous":{"a":"f8","s":'
+    '[0,2],"b":""},"depth":5,"leaf":0,"points":0,"energy0":2.493299055240718,"accept_sum"'
+    ':30.95984404805724,"log_weight":3.4648602216993036,"subtree_log_weight":{"f":"-inf"}'
+    '}}},"schema_version":1},"cold":{"check":{"c":"gradient_check.Check","v":{"pending":f'
+    'alse,"coordinate":0,"level":0,"plus":{"f":"nan"},"previous":{"f":"nan"},"unchecked":'
+    '0}},"adapt":{"c":"gradient_warmup.DualAveraging","v":{"log_step":-1.6266947727118488'
+    ',"log_step_bar":-0.5322181927129894,"h_bar":0.061331993793754674,"count":14,"mu":2.9'
+    '62971379767665}},"metric":{"a":"f8","s":[2],"b":"AAAAAAAA8D8AAAAAAADwPw=="},"window"'
+    ':{"c":"gradient_warmup.MetricWindow","v":{"count":11,"mean_x":{"a":"f8","s":[2],"b":'
+    '"QNhbZ6incj/rGY2IyonRvw=="},"m2_x":{"a":"f8","s":[2],"b":"t5FNa6RXCUDHV0lBwN8yQA=="}'
+    ',"mean_g":{"a":"f8","s":[2],"b":"JywE0U53wD/rGY2IyonRPw=="},"m2_g":{"a":"f8","s":[2]'
+    ',"b":"MCkAxpLBJ0DHV0lBwN8yQA=="},"outer":{"a":"f8","s":[0,0],"b":""}}}},"next":[0.34'
+    '94546118309012,1.9924260172065362],"digest":"6a7f57dede7a5bfb55d0a46c3aced8b4355bd11'
+    'bbe67bac0a21527fdb8dff231"}}'
+)
+
+
+def _quartic(x: Any) -> tuple[float, Any]:
+    return -0.5 * float(x @ x) - 0.25 * float(x[0]) ** 4, -x - np.array([x[0] ** 3, 0.0])
+
+
+@pytest.mark.parametrize("where", ["within", "between"])
+def test_a_state_written_before_trees_were_begun_goes_on_with_the_same_draws(
+    where: str,
+) -> None:
+    doc = BEFORE_BEGUN_TREES[where]
+    params = nuts.make_params(2, {}, warmup=20)
+    state = decode(doc["hot"], doc["cold"])
+    assert state.trajectory.transition == 0  # not in the document: its default
+    assert nuts.ask(state, params).position.tolist() == doc["next"]
+    digest = hashlib.sha256()
+    for _ in range(200):
+        proposal = nuts.ask(state, params)
+        digest.update(proposal.position.tobytes())
+        value, gradient = _quartic(proposal.position)
+        state, _ = nuts.tell_gradient(state, params, proposal, value, gradient)
+    digest.update(state.position.tobytes())
+    assert digest.hexdigest() == doc["digest"]
+
+
+def test_a_transition_draws_its_momentum_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The tree is begun when the transition before it ends (or the initial point is
+    # told): its first point's ask and tell read the momentum, and draw none.
+    drawn: list[int] = []
+    draw = nuts.draw_momentum
+
+    def counted(rng: Any, metric: Any) -> Any:
+        drawn.append(1)
+        return draw(rng, metric)
+
+    monkeypatch.setattr(nuts, "draw_momentum", counted)
+    params = nuts.make_params(2, {}, warmup=10)
+    f = gaussian(np.zeros(2), np.diag([1.0, 4.0]))
+    state = nuts.init(np.array([0.3, 0.1]), params, seed=2, chain=0)
+    state, _ = drive(params, f, state, 300)
+    while state.trajectory.points:
+        state, _ = drive(params, f, state, 1)
+    # One per transition ended, and the next one's, begun.
+    assert len(drawn) == state.iteration + 1
+    assert state.trajectory.transition == state.iteration + 1

@@ -40,6 +40,14 @@
 -- the KEYS and ARGV it reads or writes.
 
 local FIELDS = {--[[FIELDS]]}
+-- FIELDS but the state (the second): what a version check and a write need of a
+-- record, without copying a state of many kilobytes into the script.
+local BUT_STATE = {}
+for k = 1, #FIELDS do
+  if k ~= 2 then
+    BUT_STATE[#BUT_STATE + 1] = FIELDS[k]
+  end
+end
 local UPDATE_HEADER = '--[[UPDATE_HEADER]]'
 local SESSION_KEYS = 3  -- meta, leases, counts; then three per update
 
@@ -87,14 +95,17 @@ end
 -- Each updated chain's record, read once (from its KEYS[4 + 3u]); the conflicts: the
 -- records of chains whose version is not the update's expected one. nil when a record
 -- is missing (the session is gone). The writes below keep the records read here
--- current, so that a leased chain's record is answered without reading it again.
+-- current, so that a leased chain's record is answered without reading it again. The
+-- state is not read (false in its place): a write replaces it, a conflict reads the
+-- whole record again.
 local function check_versions(updates)
   local conflicts, current = {}, {}
   for _, up in ipairs(updates) do
-    local r = redis.call('HMGET', up.key, unpack(FIELDS))
-    if not r[1] then
+    local f = redis.call('HMGET', up.key, unpack(BUT_STATE))
+    if not f[1] then
       return nil
     end
+    local r = {f[1], false, f[2], f[3], f[4], f[5], f[6]}
     if r[1] ~= up.expected then
       conflicts[#conflicts + 1] = record(up.key, up.chain)
     end

@@ -22,9 +22,9 @@ own arithmetic) are stepped chain by chain here, with the same results.
 
 The proposals' normals are not batched: numpy's ziggurat draws them, with a rejection
 step and tables of its own, and computing them as arrays equal to its per-chain output
-would mean reimplementing it. Each chain's proposal comes from its own ``ask``, or, for
-``nuts``, from its own tell: a transition's momentum is drawn when the one before it ends,
-and its leapfrog points are arithmetic on the tree.
+would mean reimplementing it. Each chain's normals are drawn by its own ``ask``, or, for
+``hmc`` and ``nuts``, by its own tell: a transition's momentum is drawn when the one
+before it ends, and its leapfrog points are arithmetic on the trajectory.
 """
 
 from __future__ import annotations

@@ -5,12 +5,15 @@ A transition from ``x`` draws a momentum ``p ~ N(0, M)`` (``M`` the inverse of t
 inverse metric ``metric``) from the iteration's proposal stream and a step size
 ``eps (1 + jitter (2u - 1))`` from its mixture stream (``u`` uniform: the jitter depends
 only on the seed, the chain and the iteration, never on the state), then integrates
-``num_steps`` leapfrog steps. Every leapfrog point is handed out by ``ask`` as its own
-proposal and told back with its log density and gradient: the points before the last
-as ``"leapfrog"``, the end point as ``"proposal"``; the trajectory in progress (the last
-point told, its momentum and gradient, and the starting energy) is in the state. At the
-end point the chain moves there with probability ``min(1, exp(H0 - H))`` (the accept
-stream's uniform), the acceptance statistic the step size adapts to.
+``num_steps`` leapfrog steps. The momentum is drawn once, when the transition before it
+ends (or the initial point is told), and kept in the state with the starting energy:
+the first point's ask and tell read it instead of each drawing it. Every leapfrog point
+is handed out by ``ask`` as its own proposal and told back with its log density and
+gradient: the points before the last as ``"leapfrog"``, the end point as
+``"proposal"``; the trajectory in progress (the last point told, its momentum and
+gradient, and the starting energy) is in the state. At the end point the chain moves
+there with probability ``min(1, exp(H0 - H))`` (the accept stream's uniform), the
+acceptance statistic the step size adapts to.
 
 A point whose log density is ``-inf``, or whose energy error ``H - H0`` exceeds 1000 (or
 is not a number), ends the transition as a divergence: rejected, the chain stays put,
@@ -141,7 +144,16 @@ class State(ChainState):
         Leapfrog points of the current trajectory told (0: none yet).
     traj_position, traj_momentum, traj_gradient, traj_energy0
         The trajectory in progress: its last point told, the momentum and gradient
-        there, and the Hamiltonian at its start (stale when ``leapfrog`` is 0).
+        there, and the Hamiltonian at its start. With no point told (``leapfrog`` 0),
+        the next transition's, begun: the position, the momentum drawn and the gradient
+        there (when ``traj_transition`` is that transition).
+    traj_transition
+        The transition the trajectory belongs to (the chain's iteration once it ends).
+        A trajectory is begun (its momentum drawn) when the transition before it ends,
+        or when the initial point is told, so that its first point's ask and tell read
+        the momentum instead of each drawing it; 0 in a state written before
+        trajectories were begun then, whose trajectory between transitions is the last
+        one's, finished (the momentum is then drawn at the first point, as it was).
     """
 
     COLD_FIELDS: ClassVar[tuple[str, ...]] = WARMUP_COLD_FIELDS
@@ -163,6 +175,7 @@ class State(ChainState):
     traj_momentum: FloatArray
     traj_gradient: FloatArray
     traj_energy0: float
+    traj_transition: int = 0
 
 
 make_params = params_parser(Params)
@@ -192,21 +205,46 @@ def _step_size(state: State, params: Params, t: int) -> float:
     return state.step_size * (1.0 + params.step_jitter * (2.0 * u - 1.0))
 
 
-def _next_point(state: State, params: Params) -> tuple[FloatArray, FloatArray, float, FloatArray]:
-    """The trajectory's next point, the half-step momentum, the step size and the
-    momentum at the point before it."""
+def _begun(state: State) -> bool:
+    """Whether the state holds its trajectory's last point told, or its starting point
+    with the momentum drawn (not so between transitions in a state written before
+    trajectories were begun when the transition before them ended)."""
+    return state.leapfrog > 0 or state.traj_transition == state.iteration + 1
+
+
+def _start(state: State, metric: FloatArray | None = None) -> dict[str, Any]:
+    """The next transition's trajectory begun at the state's point: its momentum drawn
+    from the transition's proposal stream for the inverse metric ``metric`` (the
+    state's unless given), and the Hamiltonian there; as the state's fields."""
+    t = state.iteration + 1
+    if metric is None:
+        metric = state.metric
+    momentum = draw_momentum(generator(state.seed, state.chain, t, Stream.PROPOSE), metric)
+    momentum.flags.writeable = False  # a new array that nothing else holds
+    logdensity = state.logdensity
+    assert logdensity is not None  # begun only once the initial point is told
+    return {
+        "leapfrog": 0,
+        "traj_position": state.position,
+        "traj_momentum": momentum,
+        "traj_gradient": state.gradient,
+        "traj_energy0": -float(logdensity) + kinetic_energy(momentum, metric),
+        "traj_transition": t,
+    }
+
+
+def _next_point(state: State, params: Params) -> tuple[FloatArray, FloatArray, float, State]:
+    """The trajectory's next point, the half-step momentum, the step size and the state
+    with its trajectory begun (the state itself unless it was written before
+    trajectories were begun at the transition before)."""
     t = state.iteration + 1
     eps = _step_size(state, params, t)
-    if state.leapfrog == 0:
-        momentum = draw_momentum(
-            generator(state.seed, state.chain, t, Stream.PROPOSE), state.metric
-        )
-        position, gradient = state.position, state.gradient
-    else:
-        momentum, position = state.traj_momentum, state.traj_position
-        gradient = state.traj_gradient
-    new, half = leapfrog_position(position, momentum, gradient, eps, state.metric)
-    return new, half, eps, momentum
+    if not _begun(state):
+        state = state.evolve(**_start(state))
+    new, half = leapfrog_position(
+        state.traj_position, state.traj_momentum, state.traj_gradient, eps, state.metric
+    )
+    return new, half, eps, state
 
 
 def _kind(state: State, params: Params) -> Literal["proposal", "leapfrog"]:
@@ -241,7 +279,10 @@ def tell_gradient(
     if state.logdensity is None:
         if proposal.kind != "init" or proposal.iteration != state.iteration:
             raise ValueError("proposal does not belong to this state")
-        return tell_initial_gradient(state, params, logdensity, g, leapfrog=0)
+        new_state, info = tell_initial_gradient(state, params, logdensity, g, leapfrog=0)
+        if new_state.logdensity is None:  # told -inf: waits for a new initial point
+            return new_state, info
+        return new_state.evolve(**_start(new_state)), info
     t = state.iteration + 1
     if (
         state.check.pending
@@ -249,12 +290,8 @@ def tell_gradient(
         or (proposal.iteration, proposal.step) != (t, state.step)
     ):
         raise ValueError("proposal does not belong to this state")
-    new, half, eps, momentum = _next_point(state, params)
-    h0 = (
-        state.traj_energy0
-        if state.leapfrog
-        else -float(state.logdensity) + kinetic_energy(momentum, state.metric)
-    )
+    new, half, eps, begun = _next_point(state, params)
+    h0 = begun.traj_energy0
     k = state.leapfrog + 1
     energy = math.inf
     momentum_new = half
@@ -320,9 +357,11 @@ def _end(
         diverging=diverging,
         divergences=state.divergences + (diverging and t > params.warmup),
         energy=energy,
-        leapfrog=0,
     )
-    new = new.evolve(**warmup_changes(new, params, prob, t))
+    changes = warmup_changes(new, params, prob, t)
+    # The next trajectory, begun with the inverse metric the warm-up leaves: its
+    # momentum is drawn here, once, not at its first point's ask and again at its tell.
+    new = new.evolve(**changes, **_start(new, changes.get("metric", new.metric)))
     outcome: Literal["accepted", "rejected"] = "accepted" if moved is not None else "rejected"
     return new, StepInfo(t, outcome, prob, t <= params.warmup)
 

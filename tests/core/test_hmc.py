@@ -3,6 +3,7 @@ evaluations, the gradient check, divergences and told gradients that are wrong."
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections.abc import Callable
@@ -326,3 +327,101 @@ def test_a_small_step_accepting_almost_always_is_not_a_warning() -> None:
             for f in assess_results(SAMPLERS[algorithm], params, results, ["a", "b"], 100).findings
         }
         assert ("acceptance_high" in codes) == (algorithm == "rwm"), (algorithm, codes)
+
+
+#: A chain's state as the code before trajectories were begun at the previous
+#: transition's end wrote it (``seed`` 7, chain 1, ``x^4 / 4`` added to a standard
+#: normal's first coordinate, 20 warm-up transitions): within a trajectory (5 leapfrog
+#: points told), and between two transitions (its trajectory the finished one's); with
+#: the next proposal that code asked, and a digest of the next 200 proposals' positions
+#: and the position after them.
+BEFORE_BEGUN_TRAJECTORIES = json.loads(
+    '{"between":{"hot":{"c":"hmc.State","v":{"position":{"a":"f8","s":[2],"b":"ouFvwPsa07'
+    '/gF4aRtACxvw=="},"logdensity":-0.04874866927392048,"iteration":14,"accepted":9,"epoc'
+    'h":0,"seed":7,"chain":1,"gradient":{"a":"f8","s":[2],"b":"pV6MV9jO1D/gF4aRtACxPw=="}'
+    ',"step":0,"evaluations":170,"step_size":0.1192913214554099,"n_steps":2,"diverging":t'
+    'rue,"divergences":0,"energy":1.554885337981142,"leapfrog":0,"traj_position":{"a":"f8'
+    '","s":[2],"b":"NBxzrZgh7b/KYCAo/IsGwA=="},"traj_momentum":{"a":"f8","s":[2],"b":"fW8'
+    'dYIP/8T/SX9b5L93tPw=="},"traj_gradient":{"a":"f8","s":[2],"b":"sOK50v+i+j/KYCAo/IsGQ'
+    'A=="},"traj_energy0":1.554885337981142},"schema_version":1},"cold":{"check":{"c":"gr'
+    'adient_check.Check","v":{"pending":false,"coordinate":0,"level":0,"plus":{"f":"nan"}'
+    ',"previous":{"f":"nan"},"unchecked":0}},"adapt":{"c":"gradient_warmup.DualAveraging"'
+    ',"v":{"log_step":-2.1261866980783353,"log_step_bar":-0.8062604013690093,"h_bar":0.06'
+    '316883059533618,"count":14,"mu":2.6009357341398918}},"metric":{"a":"f8","s":[2],"b":'
+    '"AAAAAAAA8D8AAAAAAADwPw=="},"window":{"c":"gradient_warmup.MetricWindow","v":{"count'
+    '":11,"mean_x":{"a":"f8","s":[2],"b":"/oylsxsstT8zziQDD5HOvw=="},"m2_x":{"a":"f8","s"'
+    ':[2],"b":"UrBvwfmLBUCEK1I8SMUaQA=="},"mean_g":{"a":"f8","s":[2],"b":"EMFARCM9zL8zziQ'
+    'DD5HOPw=="},"m2_g":{"a":"f8","s":[2],"b":"slkMK3cMHUCEK1I8SMUaQA=="},"outer":{"a":"f'
+    '8","s":[0,0],"b":""}}}},"next":[-0.18345119633250617,-0.0025251078611129435],"digest'
+    '":"b717fd886ecff72f27a666fce38912514a89f08ca9b3a00d4c457eb05e965ad0"},"within":{"hot'
+    '":{"c":"hmc.State","v":{"position":{"a":"f8","s":[2],"b":"ouFvwPsa07/gF4aRtACxvw=="}'
+    ',"logdensity":-0.04874866927392048,"iteration":14,"accepted":9,"epoch":0,"seed":7,"c'
+    'hain":1,"gradient":{"a":"f8","s":[2],"b":"pV6MV9jO1D/gF4aRtACxPw=="},"step":5,"evalu'
+    'ations":175,"step_size":0.1192913214554099,"n_steps":2,"diverging":true,"divergences'
+    '":0,"energy":1.554885337981142,"leapfrog":5,"traj_position":{"a":"f8","s":[2],"b":"F'
+    'MlISSxE0j8ADIOG22bPPw=="},"traj_momentum":{"a":"f8","s":[2],"b":"XeK5+Vwi8D+ZSRnLVmX'
+    'gPw=="},"traj_gradient":{"a":"f8","s":[2],"b":"jW2IXhfB078ADIOG22bPvw=="},"traj_ener'
+    'gy0":0.7120710541582024},"schema_version":1},"cold":{"check":{"c":"gradient_check.Ch'
+    'eck","v":{"pending":false,"coordinate":0,"level":0,"plus":{"f":"nan"},"previous":{"f'
+    '":"nan"},"unchecked":0}},"adapt":{"c":"gradient_warmup.DualAveraging","v":{"log_step'
+    '":-2.1261866980783353,"log_step_bar":-0.8062604013690093,"h_bar":0.06316883059533618'
+    ',"count":14,"mu":2.6009357341398918}},"metric":{"a":"f8","s":[2],"b":"AAAAAAAA8D8AAA'
+    'AAAADwPw=="},"window":{"c":"gradient_warmup.MetricWindow","v":{"count":11,"mean_x":{'
+    '"a":"f8","s":[2],"b":"/oylsxsstT8zziQDD5HOvw=="},"m2_x":{"a":"f8","s":[2],"b":"UrBvw'
+    'fmLBUCEK1I8SMUaQA=="},"mean_g":{"a":"f8","s":[2],"b":"EMFARCM9zL8zziQDD5HOPw=="},"m2'
+    '_g":{"a":"f8","s":[2],"b":"slkMK3cMHUCEK1I8SMUaQA=="},"outer":{"a":"f8","s":[0,0],"b'
+    '":""}}}},"next":[0.3969341248936676,0.3014319186488966],"digest":"d9aca07942cd02f398'
+    'a0b46226e8c1cfddce6d95ba69540a1abaa18859ba87ce"}}'
+)
+
+
+def _quartic(x: Any) -> tuple[float, Any]:
+    return -0.5 * float(x @ x) - 0.25 * float(x[0]) ** 4, -x - np.array([x[0] ** 3, 0.0])
+
+
+@pytest.mark.parametrize("where", ["within", "between"])
+def test_a_state_written_before_trajectories_were_begun_goes_on_with_the_same_draws(
+    where: str,
+) -> None:
+    doc = BEFORE_BEGUN_TRAJECTORIES[where]
+    params = hmc.make_params(2, {}, warmup=20)
+    state = decode(doc["hot"], doc["cold"])
+    assert state.traj_transition == 0  # not in the document: its default
+    assert (state.leapfrog > 0) == (where == "within")
+    assert hmc.ask(state, params).position.tolist() == doc["next"]
+    digest = hashlib.sha256()
+    for _ in range(200):
+        proposal = hmc.ask(state, params)
+        digest.update(proposal.position.tobytes())
+        value, gradient = _quartic(proposal.position)
+        state, _ = hmc.tell_gradient(state, params, proposal, value, gradient)
+    digest.update(state.position.tobytes())
+    assert digest.hexdigest() == doc["digest"]
+
+
+def test_a_transition_draws_its_momentum_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The trajectory is begun when the transition before it ends (or the initial point
+    # is told): its first point's ask and tell read the momentum, and draw none.
+    drawn: list[int] = []
+    draw = hmc.draw_momentum
+
+    def counted(rng: Any, metric: Any) -> Any:
+        drawn.append(1)
+        return draw(rng, metric)
+
+    monkeypatch.setattr(hmc, "draw_momentum", counted)
+    params = hmc.make_params(2, {"num_steps": 4}, warmup=10)
+    f = gaussian(np.zeros(2), np.diag([1.0, 4.0]))
+    state = hmc.init(np.array([0.3, 0.1]), params, seed=2, chain=0)
+    state, _ = drive(params, f, state, 1)  # the initial point: the first momentum drawn
+    assert len(drawn) == 1 and state.traj_transition == 1
+    state, _ = drive(params, f, state, 301)
+    while state.leapfrog:
+        state, _ = drive(params, f, state, 1)
+    # One per transition ended, and the next one's, begun.
+    assert len(drawn) == state.iteration + 1
+    assert state.traj_transition == state.iteration + 1
+    # Asking (again) draws none.
+    hmc.ask(state, params)
+    hmc.ask(state, params)
+    assert len(drawn) == state.iteration + 1

@@ -76,9 +76,7 @@ def metropolis_ask(state: S, params: P, propose: Propose[S, P]) -> Proposal:
         state, params, generator(state.seed, state.chain, t, Stream.PROPOSE)
     )
     point = frozen_array(position)
-    # A finite sum of squares means every coordinate is finite: the exact test only when
-    # it is not (it may have overflowed).
-    if not math.isfinite(np.dot(point, point)) and not np.isfinite(point).all():
+    if not np.isfinite(point).all():
         # The proposal's arithmetic overflowed (a chain drifting far out on an improper
         # target, an HMC trajectory blown up): propose staying put instead. Staying put
         # leaves any target invariant, so the kernel (a mixture of the two, chosen by

@@ -27,7 +27,9 @@ from kameleon.core.interface.documents import decode, encode
 # the states: they stand for documents already in stores. "next" is what this code
 # proposes from them; the machine-independent arithmetic (core/numerics/arithmetic.py) moved it
 # from the writer's proposal in the last bits (the writer's values were those of one
-# BLAS kernel, and differed on others).
+# BLAS kernel, and differed on others); kameleon's moved when its default nugget became
+# 0.5 * 2.38 / sqrt(d) in whitened coordinates (its options give no gamma, so the
+# decoded chain takes the new default: BENCHMARKS.md section 4, CHANGELOG).
 OLD_DOCUMENTS: dict[str, dict[str, Any]] = json.loads(
     r"""
 {
@@ -47,7 +49,7 @@ OLD_DOCUMENTS: dict[str, dict[str, Any]] = json.loads(
   "options": {"subsample_size": 4, "min_subsample": 2, "precondition_iterations": 6},
   "hot": {"c": "kameleon.core.samplers.kameleon.State", "v": {"position": {"a": "f8", "s": [2], "b": "3fy4IreR9r84SZuGETSRvw=="}, "logdensity": -1.5065901294499766, "iteration": 15, "accepted": 7, "epoch": 0, "seed": 5, "chain": 1, "log_nu2": 1.634631914014383, "history_size": 6, "bandwidth": 0.3284415656757796, "scout_log_lambda": 0.029345938931068953}, "schema_version": 1},
   "cold": {"reservoir": {"a": "f8", "s": [4, 2], "b": "8Ui3sn+Y+r/Z362xfg7yP2u5mGWDFva/aDf3l+M93z8IaiySy873v7WSusqIR9o/21hyEmR/9L+9mdSTw07gPw=="}, "subsample": null, "scout_moments": {"c": "kameleon.core.adaptation.Welford", "v": {"count": 6, "mean": {"a": "f8", "s": [2], "b": "CS/izJ7Z1r/CpfiMA4m2vw=="}, "m2": {"a": "f8", "s": [2, 2], "b": "JydRIWcNBED+6door6bjv/7p2iivpuO//rIWXgVCwz8="}}}, "scout_factor": {"a": "f8", "s": [2, 2], "b": "KL6G0DKo5j8AAAAAAAAAAFY4nLYhNMa/jZ2Lg8ATMD8="}, "preconditioner": {"c": "kameleon.core.preconditioning.Preconditioner", "v": {"shift": {"a": "f8", "s": [2], "b": "CS/izJ7Z1r/CpfiMA4m2vw=="}, "factor": {"a": "f8", "s": [2, 2], "b": "J76G0DKo5j8AAAAAAAAAAAAAAAAAAAAADyAgKyM0xj8="}}}},
-  "next": [-1.462938973818969, -0.04664922152810025]
+  "next": [-1.5841078195532283, -0.13146767631802966]
  },
  "kmc-lite": {
   "options": {"num_centres": 4, "min_history": 3, "update_every": 2, "precondition_iterations": 6, "num_steps_min": 1, "num_steps_max": 2},

@@ -24,7 +24,10 @@ warm-up:
    Each window's covariance is shrunk toward the previous window's estimate, which
    weighs as ``d / 2`` independent draws against the window's (:func:`window_weight`),
    so that a window of a few hundred correlated random-walk states, or one that moved
-   along a few directions only, cannot collapse the estimate in the others.
+   along a few directions only, cannot collapse the estimate in the others; the
+   correlations are averaged linearly, the variances linearly where the window's is
+   the larger and in logarithms where it is the smaller (:func:`shrink`), so that a
+   first guess in the wrong units is forgotten geometrically.
 3. **The kernel method** runs from iteration ``w + 1`` on in whitened coordinates
    ``u = W(x) = L^-1 (x - m)``: its history, bandwidth (median heuristic), random-walk
    scales, kernel-HMC step sizes and nugget ``gamma`` are all those of ``u``, where the
@@ -92,7 +95,7 @@ from kameleon.core.interface.chain import FloatArray, Proposal, StepInfo, frozen
 from kameleon.core.interface.codec import register
 from kameleon.core.interface.metropolis import metropolis_ask, metropolis_transition
 from kameleon.core.interface.sampler import OptionError
-from kameleon.core.numerics.arithmetic import exp1, log1
+from kameleon.core.numerics.arithmetic import exp, exp1, log, log1
 from kameleon.core.numerics.linalg import jittered_cholesky
 from kameleon.core.numerics.matrices import matmul, matvec, solve_lower
 from kameleon.core.numerics.rng import Stream, generator
@@ -113,6 +116,7 @@ __all__ = [
     "scout_ask",
     "scouting_iterations",
     "scouting_log_scale",
+    "shrink",
     "tell",
 ]
 
@@ -249,10 +253,43 @@ def window_weight(states: int, dim: int) -> float:
     return draws / (draws + 0.5 * dim)
 
 
+def shrink(window: FloatArray, previous: FloatArray, a: float) -> FloatArray:
+    """The window's covariance shrunk toward the previous estimate with the window's
+    weight ``a`` (:func:`window_weight`), variances and correlations apart.
+
+    The correlations are averaged linearly, ``r = a r_window + (1 - a) r_previous`` (a
+    convex combination of correlation matrices is one). Each variance is the arithmetic
+    mean ``a v + (1 - a) p`` where the window's ``v`` is larger than the previous ``p``
+    (a direction found wider late, as a banana's arm, is followed at once) and the
+    geometric mean ``v^a p^(1 - a)`` where it is smaller. A linear average is in the
+    units of the larger term: the first previous estimate is the guess
+    ``initial_scale^2 I`` in the user's units, and a coordinate of variance ``1e-6``
+    kept a share ``prod (1 - a)`` of that unit through the windows (``3e-5`` over
+    scouting's seven windows in six dimensions, a map thirty times too wide in it, and
+    every kernel sampler wrong at a warm-up of 5 000; BENCHMARKS.md section 4). In logs
+    a wrong previous estimate loses the share ``a`` of its error at every window
+    whatever the units, and a window whose variance collapsed in a direction is still
+    held up by the previous one.
+    """
+    v_window = np.diagonal(window).copy()
+    v_previous = np.diagonal(previous).copy()
+    sd_window = np.sqrt(v_window)
+    sd_previous = np.sqrt(v_previous)
+    correlation = a * (window / np.outer(sd_window, sd_window)) + (1 - a) * (
+        previous / np.outer(sd_previous, sd_previous)
+    )
+    geometric = exp(a * log(v_window) + (1 - a) * log(v_previous))
+    variance = np.where(v_window > v_previous, a * v_window + (1 - a) * v_previous, geometric)
+    sd = np.sqrt(variance)
+    shrunk: FloatArray = correlation * np.outer(sd, sd)
+    np.fill_diagonal(shrunk, variance)
+    return shrunk
+
+
 def _regularised_cholesky(moments: Welford, dense: bool, prior: FloatArray) -> FloatArray | None:
     """``chol(S + eps diag(S))`` for the window's covariance ``Sigma`` shrunk toward the
-    previous estimate ``P = prior prior^T``, ``S = a Sigma + (1 - a) P`` with ``a`` the
-    window's weight (:func:`window_weight`; only its diagonal unless ``dense``), or
+    previous estimate ``P = prior prior^T`` with the window's weight ``a``
+    (:func:`window_weight`, :func:`shrink`; only its diagonal unless ``dense``), or
     ``None`` if the window is too short or never moved in some coordinate, or its
     covariance is not usable (:func:`core.tuning.adaptation.usable_covariance`: the chain
     drifts on a flat or unbounded target).
@@ -266,9 +303,12 @@ def _regularised_cholesky(moments: Welford, dense: bool, prior: FloatArray) -> F
     diagonal = np.diagonal(sigma).copy()
     if not np.all(np.isfinite(sigma)) or not np.all(diagonal > 0):
         return None
-    a = window_weight(moments.count, len(diagonal))
     previous = matmul(prior, np.transpose(prior))
-    sigma = a * sigma + (1 - a) * (0.5 * (previous + np.transpose(previous)))
+    sigma = shrink(
+        sigma,
+        0.5 * (previous + np.transpose(previous)),
+        window_weight(moments.count, len(diagonal)),
+    )
     diagonal = np.diagonal(sigma).copy()
     if not dense:
         return np.diag(np.sqrt(diagonal * (1 + NUGGET)))

@@ -87,7 +87,17 @@ DEFAULT_RUN = (4, 500, 1000)
 # and 19). At 2 000 the ESS is 120 to 530 on seeds 11, 12 and 13, and seed 14 still has
 # such a chain (15 to 48): a weakness of kmc-lite on bent targets at short warm-ups,
 # BENCHMARKS.md section 4.
+# kmc-finite on the 2-d banana, with enough chains and warm-up for the check to mean
+# something, is confidently wrong at this seed: 16 chains x (2 000 + 1 000) give a
+# variance of x1 63 against 100, 5 standard errors off, with the map of a39f4b6 (the mean
+# of x2 off by 5 standard errors) and with today's (BENCHMARKS.md section 4, "the
+# regression fixed"); seeds 12 to 16 pass under both. At 4 x (1 000 + 1 000) the pooled
+# ESS falls under the floor on two to three seeds of 11..16 under every map tried. The
+# random Fourier features' surrogate is the likely cause (section 6: it sits in one arm
+# on the 8-d banana), not yet fixed: the case runs, and must fail, until it is.
+KNOWN_WRONG = {("kmc-finite", "banana-2d")}
 RUNS_BY_TARGET = {
+    ("kmc-finite", "banana-2d"): (16, 2000, 1000),
     ("kmc-lite", "banana-2d"): (8, 2000, 1000),
     ("gibbs", "gaussian-5d"): (8, 500, 1500),
     ("gibbs", "gaussian-2d"): (8, 500, 1500),
@@ -142,7 +152,11 @@ def _assert_average(
 # (biased by design; its own accuracy test is tests/core/test_sgld.py). Not importance:
 # its draws are weighted, not a chain's (tests/core/test_importance.py).
 @pytest.mark.parametrize("name", sorted(set(SAMPLERS) - {"sgld", "importance"}))
-def test_moments_match_the_target(name: str, target_name: str) -> None:
+def test_moments_match_the_target(
+    name: str, target_name: str, request: pytest.FixtureRequest
+) -> None:
+    if (name, target_name) in KNOWN_WRONG:
+        request.applymarker(pytest.mark.xfail(strict=True, reason="KNOWN_WRONG above"))
     target = TARGETS[target_name]
     draws = _draws(name, target_name)
     sd_x, sd_square = _target_sds(target_name)

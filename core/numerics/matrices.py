@@ -26,6 +26,7 @@ __all__ = [
     "solve_lower",
     "solve_upper",
     "squared_distances",
+    "symmetric_eigen",
     "vecmat",
 ]
 
@@ -265,3 +266,47 @@ def pairwise_distances(points: FloatArray) -> FloatArray:
     diff *= diff
     out: FloatArray = np.sqrt(np.add.reduce(diff, axis=-1))
     return out
+
+
+def symmetric_eigen(A: FloatArray, sweeps: int = 60) -> tuple[FloatArray, FloatArray]:
+    """Eigenvalues ``w`` and orthonormal eigenvectors ``V`` (columns) of the symmetric
+    ``A``: ``A = V diag(w) V^T``, the same bits on every CPU (LAPACK's ``syevd`` is not).
+
+    Cyclic Jacobi rotations (Golub and Van Loan, section 8.5), each zeroing one
+    off-diagonal pair with elementwise numpy operations only, until every off-diagonal
+    element is below ``1e-15`` times the geometric mean of its two diagonal elements
+    (Demmel and Veselic 1992), or after ``sweeps`` sweeps. For the small matrices of
+    the samplers' adaptation, at the ends of warm-up windows, not for a hot path.
+    """
+    A = np.array(A, dtype=np.float64)
+    n = A.shape[0]
+    V = np.eye(n)
+    for _ in range(sweeps):
+        rotated = False
+        for p in range(n - 1):
+            for q in range(p + 1, n):
+                apq = float(A[p, q])
+                app, aqq = float(A[p, p]), float(A[q, q])
+                if apq == 0.0 or abs(apq) <= 1e-15 * math.sqrt(abs(app * aqq)):
+                    continue
+                rotated = True
+                theta = (aqq - app) / (2.0 * apq)
+                if abs(theta) > 1e150:
+                    t = 0.5 / theta
+                else:
+                    t = math.copysign(1.0, theta) / (abs(theta) + math.sqrt(theta * theta + 1.0))
+                c = 1.0 / math.sqrt(t * t + 1.0)
+                s = t * c
+                column_p, column_q = A[:, p].copy(), A[:, q].copy()
+                A[:, p] = c * column_p - s * column_q
+                A[:, q] = s * column_p + c * column_q
+                row_p, row_q = A[p, :].copy(), A[q, :].copy()
+                A[p, :] = c * row_p - s * row_q
+                A[q, :] = s * row_p + c * row_q
+                A[p, q] = A[q, p] = 0.0
+                column_p, column_q = V[:, p].copy(), V[:, q].copy()
+                V[:, p] = c * column_p - s * column_q
+                V[:, q] = s * column_p + c * column_q
+        if not rotated:
+            break
+    return np.diagonal(A).copy(), V

@@ -154,6 +154,9 @@ class State(ChainState):
         the momentum instead of each drawing it; 0 in a state written before
         trajectories were begun then, whose trajectory between transitions is the last
         one's, finished (the momentum is then drawn at the first point, as it was).
+    traj_step_size
+        The trajectory's jittered step size, drawn when it is begun (NaN in a state
+        written before it was kept: then drawn again at each point, the same value).
     """
 
     COLD_FIELDS: ClassVar[tuple[str, ...]] = WARMUP_COLD_FIELDS
@@ -176,6 +179,7 @@ class State(ChainState):
     traj_gradient: FloatArray
     traj_energy0: float
     traj_transition: int = 0
+    traj_step_size: float = math.nan
 
 
 make_params = params_parser(Params)
@@ -198,11 +202,16 @@ def init(position: Any, params: Params, *, seed: int, chain: int) -> State:
     )
 
 
-def _step_size(state: State, params: Params, t: int) -> float:
+def _step_size(state: State, params: Params, t: int, step_size: float | None = None) -> float:
+    """Transition ``t``'s jittered step size about ``step_size`` (the state's unless
+    given): a uniform of the transition's mixture stream, so the same at each of its
+    points."""
+    if step_size is None:
+        step_size = state.step_size
     if params.step_jitter == 0.0:
-        return state.step_size
+        return step_size
     u = float(generator(state.seed, state.chain, t, Stream.MIX).random())
-    return state.step_size * (1.0 + params.step_jitter * (2.0 * u - 1.0))
+    return step_size * (1.0 + params.step_jitter * (2.0 * u - 1.0))
 
 
 def _begun(state: State) -> bool:
@@ -212,10 +221,16 @@ def _begun(state: State) -> bool:
     return state.leapfrog > 0 or state.traj_transition == state.iteration + 1
 
 
-def _start(state: State, metric: FloatArray | None = None) -> dict[str, Any]:
+def _start(
+    state: State,
+    params: Params,
+    metric: FloatArray | None = None,
+    step_size: float | None = None,
+) -> dict[str, Any]:
     """The next transition's trajectory begun at the state's point: its momentum drawn
-    from the transition's proposal stream for the inverse metric ``metric`` (the
-    state's unless given), and the Hamiltonian there; as the state's fields."""
+    from the transition's proposal stream for the inverse metric ``metric``, its step
+    size jittered about ``step_size`` (both the state's unless given), and the
+    Hamiltonian there; as the state's fields."""
     t = state.iteration + 1
     if metric is None:
         metric = state.metric
@@ -230,6 +245,7 @@ def _start(state: State, metric: FloatArray | None = None) -> dict[str, Any]:
         "traj_gradient": state.gradient,
         "traj_energy0": -float(logdensity) + kinetic_energy(momentum, metric),
         "traj_transition": t,
+        "traj_step_size": _step_size(state, params, t, step_size),
     }
 
 
@@ -237,10 +253,11 @@ def _next_point(state: State, params: Params) -> tuple[FloatArray, FloatArray, f
     """The trajectory's next point, the half-step momentum, the step size and the state
     with its trajectory begun (the state itself unless it was written before
     trajectories were begun at the transition before)."""
-    t = state.iteration + 1
-    eps = _step_size(state, params, t)
     if not _begun(state):
-        state = state.evolve(**_start(state))
+        state = state.evolve(**_start(state, params))
+    eps = state.traj_step_size
+    if math.isnan(eps):  # a state written before the step size was kept
+        eps = _step_size(state, params, state.iteration + 1)
     new, half = leapfrog_position(
         state.traj_position, state.traj_momentum, state.traj_gradient, eps, state.metric
     )
@@ -282,7 +299,7 @@ def tell_gradient(
         new_state, info = tell_initial_gradient(state, params, logdensity, g, leapfrog=0)
         if new_state.logdensity is None:  # told -inf: waits for a new initial point
             return new_state, info
-        return new_state.evolve(**_start(new_state)), info
+        return new_state.evolve(**_start(new_state, params)), info
     t = state.iteration + 1
     if (
         state.check.pending
@@ -361,7 +378,10 @@ def _end(
     changes = warmup_changes(new, params, prob, t)
     # The next trajectory, begun with the inverse metric the warm-up leaves: its
     # momentum is drawn here, once, not at its first point's ask and again at its tell.
-    new = new.evolve(**changes, **_start(new, changes.get("metric", new.metric)))
+    new = new.evolve(
+        **changes,
+        **_start(new, params, changes.get("metric"), changes.get("step_size")),
+    )
     outcome: Literal["accepted", "rejected"] = "accepted" if moved is not None else "rejected"
     return new, StepInfo(t, outcome, prob, t <= params.warmup)
 

@@ -24,7 +24,12 @@ warm-up:
    Each window's covariance is shrunk toward the previous window's estimate, which
    weighs as ``d / 2`` independent draws against the window's (:func:`window_weight`),
    so that a window of a few hundred correlated random-walk states, or one that moved
-   along a few directions only, cannot collapse the estimate in the others.
+   along a few directions only, cannot collapse the estimate in the others. The
+   shrinkage is along the window's principal directions in the previous estimate's
+   whitened coordinates (:func:`shrunk_factor`), so it does not depend on the
+   coordinates: linear, except in scouting along a direction narrower than sampling
+   noise explains, which is followed in logarithms (:func:`shrink_ratios`), so that a
+   first guess in the wrong units, or a far start's drift, is forgotten geometrically.
 3. **The kernel method** runs from iteration ``w + 1`` on in whitened coordinates
    ``u = W(x) = L^-1 (x - m)``: its history, bandwidth (median heuristic), random-walk
    scales, kernel-HMC step sizes and nugget ``gamma`` are all those of ``u``, where the
@@ -92,9 +97,9 @@ from kameleon.core.interface.chain import FloatArray, Proposal, StepInfo, frozen
 from kameleon.core.interface.codec import register
 from kameleon.core.interface.metropolis import metropolis_ask, metropolis_transition
 from kameleon.core.interface.sampler import OptionError
-from kameleon.core.numerics.arithmetic import exp1, log1
+from kameleon.core.numerics.arithmetic import exp, exp1, log, log1
 from kameleon.core.numerics.linalg import jittered_cholesky
-from kameleon.core.numerics.matrices import matmul, matvec, solve_lower
+from kameleon.core.numerics.matrices import matmul, matvec, solve_lower, symmetric_eigen
 from kameleon.core.numerics.rng import Stream, generator
 from kameleon.core.tuning.adaptation import Welford, learning_rate, robbins_monro, usable_covariance
 from kameleon.core.tuning.windows import min_window, window_ends, window_start
@@ -109,10 +114,13 @@ __all__ = [
     "is_scouting",
     "kernel_start",
     "learning_window_ends",
+    "noise_edges",
     "rewhiten",
     "scout_ask",
     "scouting_iterations",
     "scouting_log_scale",
+    "shrink_ratios",
+    "shrunk_factor",
     "tell",
 ]
 
@@ -249,13 +257,105 @@ def window_weight(states: int, dim: int) -> float:
     return draws / (draws + 0.5 * dim)
 
 
-def _regularised_cholesky(moments: Welford, dense: bool, prior: FloatArray) -> FloatArray | None:
-    """``chol(S + eps diag(S))`` for the window's covariance ``Sigma`` shrunk toward the
-    previous estimate ``P = prior prior^T``, ``S = a Sigma + (1 - a) P`` with ``a`` the
-    window's weight (:func:`window_weight`; only its diagonal unless ``dense``), or
-    ``None`` if the window is too short or never moved in some coordinate, or its
-    covariance is not usable (:func:`core.tuning.adaptation.usable_covariance`: the chain
-    drifts on a flat or unbounded target).
+#: A direction along which a window's variance is below this share of its widest
+#: direction's was not moved in (the window's covariance is singular there, up to
+#: rounding): it carries no evidence of a narrower target.
+UNMOVED = 1e-10
+
+
+def noise_edges(states: int, dim: int) -> tuple[float, float]:
+    """The Marchenko-Pastur edges ``(1 -+ sqrt(d / n_eff))^2`` between which the
+    eigenvalues of a window's covariance fall, relative to a previous estimate that is
+    right, from sampling noise alone; ``n_eff = 0.3 n / d`` as in :func:`window_weight`.
+    ``(0, 1)`` while ``n_eff <= d``: then a window can be singular from noise alone."""
+    draws = states / (WALK_AUTOCORRELATION * dim)
+    if draws <= dim:
+        return 0.0, 1.0
+    root = math.sqrt(dim / draws)
+    return (1.0 - root) ** 2, (1.0 + root) ** 2
+
+
+def shrink_ratios(ratios: FloatArray, a: float, edges: tuple[float, float]) -> FloatArray:
+    """The shrunk estimate's variances along the window's principal directions, relative
+    to the previous estimate's, given the window's ``ratios`` there, its weight ``a``
+    (:func:`window_weight`) and its noise edges (:func:`noise_edges`).
+
+    The shrinkage is linear, ``f(r) = a r + (1 - a)`` (the posterior mean under an
+    inverse-Wishart prior centred on the previous estimate), except along directions
+    narrower than noise explains, where it is geometric and continuous,
+    ``f(r) = f(e) (r / e)^a`` below the threshold ``e``. Linear all the way, a direction
+    whose variance is ``1e-6`` of the previous estimate's (the first is the guess
+    ``initial_scale^2 I``, in the user's units; later ones may hold a far start's drift)
+    keeps a share ``prod (1 - a)`` of it through the windows: a map tens of times too
+    wide there, and every kernel sampler wrong at a warm-up of 5 000 on targets whose
+    scales span orders of magnitude (BENCHMARKS.md section 4). In logs a wrong previous
+    estimate loses the share ``a`` of its error at every window, whatever the units.
+
+    The threshold is the lower noise edge scaled by the window's own spread, ``e =
+    e_lower min(1, r_max / e_upper)``: a window narrower than the previous estimate in
+    every direction is a chain whose steps were small, not a narrower target (following
+    it in logs collapsed the map of chains started far out), so only a direction narrow
+    against the window's widest is followed in logs. A direction the window did not
+    move in (:data:`UNMOVED`) is shrunk linearly.
+    """
+    widest = float(np.max(ratios))
+    unmoved = ~(ratios > UNMOVED * widest)
+    ratios = np.where(unmoved, 0.0, ratios)
+    linear: FloatArray = a * ratios + (1 - a)
+    lower, upper = edges
+    threshold = lower * min(1.0, widest / upper)
+    if not threshold > 0:
+        return linear
+    geometric = (a * threshold + (1 - a)) * exp(a * log(np.maximum(ratios, 1e-300) / threshold))
+    shrunk: FloatArray = np.where(unmoved | (ratios >= threshold), linear, geometric)
+    return shrunk
+
+
+def shrunk_factor(
+    window: FloatArray, prior: FloatArray, a: float, edges: tuple[float, float] | None
+) -> FloatArray:
+    """The lower Cholesky factor of the window's covariance ``window`` shrunk toward the
+    previous estimate ``P = prior prior^T`` with the window's weight ``a``.
+
+    In the previous estimate's whitened coordinates the window's covariance is ``M =
+    prior^-1 window prior^-T``, with eigenvalues ``r_i`` (the ratios of the window's
+    variance to the previous estimate's along its principal directions ``v_i``, the same
+    bits on every CPU: :func:`core.numerics.matrices.symmetric_eigen`). Each ratio is
+    shrunk by :func:`shrink_ratios` (linearly, ``a r + (1 - a)``, when ``edges`` is
+    ``None``: then the estimate is ``a window + (1 - a) P``), and the estimate is ``prior
+    V diag(f(r)) V^T prior^T``, whose factor is ``prior chol(V diag(f(r)) V^T)``. The rule
+    does not depend on the coordinates: a linear map of the target maps the window, the
+    previous estimate and the result alike (a rule on each coordinate's variance left
+    the map wrong on Gaussians whose axes are rotated, BENCHMARKS.md section 4).
+    """
+    dim = len(window)
+    rows = np.array([solve_lower(prior, np.ascontiguousarray(window[:, j])) for j in range(dim)])
+    m = np.array([solve_lower(prior, np.ascontiguousarray(rows[:, j])) for j in range(dim)])
+    ratios, vectors = symmetric_eigen(0.5 * (m + np.transpose(m)))
+    if edges is None:
+        shrunk_ratios = a * np.maximum(ratios, 0.0) + (1 - a)
+    else:
+        shrunk_ratios = shrink_ratios(ratios, a, edges)
+    shrunk = matmul(vectors * shrunk_ratios, np.transpose(vectors))
+    return matmul(prior, jittered_cholesky(0.5 * (shrunk + np.transpose(shrunk))))
+
+
+def _regularised_cholesky(
+    moments: Welford, dense: bool, prior: FloatArray, learning: bool = False
+) -> FloatArray | None:
+    """The factor of the window's covariance shrunk toward the previous estimate ``P =
+    prior prior^T`` (:func:`shrunk_factor`; ``"diagonal"``: each coordinate's variance by
+    :func:`shrink_ratios`, with a nugget of ``1e-6`` of itself), or ``None`` if the
+    window is too short or never moved in some coordinate, or its covariance is not
+    usable (:func:`core.tuning.adaptation.usable_covariance`: the chain drifts on a flat
+    or unbounded target).
+
+    Scouting's windows follow a narrower window in logs where noise cannot explain it
+    (:func:`shrink_ratios`): they must forget a first guess in the wrong units and a far
+    start's drift. The learning windows after scouting (``learning``), whose previous
+    estimate is already the target's scale, shrink linearly: a window in one arm of a
+    bent target is narrower across the arm than the target is, and following that in
+    logs narrowed the map where the target is wide.
     """
     if moments.count < 2:
         return None
@@ -266,15 +366,16 @@ def _regularised_cholesky(moments: Welford, dense: bool, prior: FloatArray) -> F
     diagonal = np.diagonal(sigma).copy()
     if not np.all(np.isfinite(sigma)) or not np.all(diagonal > 0):
         return None
-    a = window_weight(moments.count, len(diagonal))
-    previous = matmul(prior, np.transpose(prior))
-    sigma = a * sigma + (1 - a) * (0.5 * (previous + np.transpose(previous)))
-    diagonal = np.diagonal(sigma).copy()
+    dim = len(diagonal)
+    a = window_weight(moments.count, dim)
+    edges = None if learning else noise_edges(moments.count, dim)
     if not dense:
-        return np.diag(np.sqrt(diagonal * (1 + NUGGET)))
-    sigma[np.diag_indices_from(sigma)] += NUGGET * diagonal
+        previous = np.add.reduce(prior * prior, axis=1)  # the diagonal of prior prior^T
+        ratios = diagonal / previous
+        shrunk = a * ratios + (1 - a) if edges is None else shrink_ratios(ratios, a, edges)
+        return np.diag(np.sqrt(previous * shrunk * (1 + NUGGET)))
     try:
-        return jittered_cholesky(sigma)
+        return shrunk_factor(sigma, prior, a, edges)
     except np.linalg.LinAlgError:  # rounding left it far from definite: keep the last basis
         return None
 
@@ -441,11 +542,11 @@ def learn(state: Any, params: Any, remap: Remap) -> Any:
         return dataclasses.replace(state, scout_moments=moments)
     empty = Welford.empty(dim)
     prior = _prior(state, params, dim)
-    factor = _regularised_cholesky(moments, params.preconditioning == "dense", prior)
+    factor = _regularised_cholesky(moments, params.preconditioning == "dense", prior, learning=True)
     if factor is None:  # the window never moved in some coordinate: keep the map
         return dataclasses.replace(state, scout_moments=empty)
     old = state.preconditioner
-    walk = _regularised_cholesky(moments, True, prior)
+    walk = _regularised_cholesky(moments, True, prior, learning=True)
     state = dataclasses.replace(
         state,
         scout_moments=empty,

@@ -425,3 +425,25 @@ def test_a_transition_draws_its_momentum_once(monkeypatch: pytest.MonkeyPatch) -
     hmc.ask(state, params)
     hmc.ask(state, params)
     assert len(drawn) == state.iteration + 1
+
+
+def test_a_transition_draws_its_step_size_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The jittered step size is drawn when the trajectory is begun and kept in the state
+    # (traj_step_size), not drawn again at each point's ask and tell; the documents of
+    # the test above, written before it was kept, go on with the same draws.
+    drawn: list[int] = []
+    make = hmc.generator
+
+    def counted(seed: int, chain: int, t: int, stream: Any) -> Any:
+        if stream == hmc.Stream.MIX:
+            drawn.append(t)
+        return make(seed, chain, t, stream)
+
+    monkeypatch.setattr(hmc, "generator", counted)
+    params = hmc.make_params(2, {"num_steps": 4}, warmup=10)
+    f = gaussian(np.zeros(2), np.diag([1.0, 4.0]))
+    state = hmc.init(np.array([0.3, 0.1]), params, seed=2, chain=0)
+    state, _ = drive(params, f, state, 1 + 4 * 50 + 2)  # mid-trajectory
+    assert state.leapfrog == 2
+    assert drawn == list(range(1, state.iteration + 2))  # one per transition begun
+    assert state.traj_step_size == hmc._step_size(state, params, state.iteration + 1)

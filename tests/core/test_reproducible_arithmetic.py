@@ -218,3 +218,22 @@ def test_the_module_is_exact_where_it_says() -> None:
     assert a.log1(0.0) == -np.inf and a.log1(1.0) == 0.0
     special = a.exp(np.array([800.0, -800.0, np.nan]))
     assert special[0] == np.inf and special[1] == 0.0 and np.isnan(special[2])
+
+
+@pytest.mark.parametrize("dim", [1, 2, 6, 20])
+def test_the_symmetric_eigensolver_is_accurate_and_independent_of_the_layout(dim: int) -> None:
+    from kameleon.core.numerics import matrices
+
+    rng = np.random.default_rng(dim)
+    q, _ = np.linalg.qr(rng.standard_normal((dim, dim)))
+    spectrum = np.logspace(-4, 3, dim)  # a window's ratios span orders of magnitude
+    A = q @ np.diag(spectrum) @ q.T
+    A = 0.5 * (A + A.T)
+    w, V = matrices.symmetric_eigen(A)
+    assert np.allclose(V.T @ V, np.eye(dim), atol=1e-13)
+    assert np.allclose((V * w) @ V.T, A, rtol=0, atol=1e-12 * spectrum.max())
+    # Each eigenvalue to a relative 1e-9, the smallest included (LAPACK's as reference).
+    assert np.allclose(np.sort(w), np.linalg.eigvalsh(A), rtol=1e-9, atol=0)
+    # Elementwise operations only: the same bits for a copy in another memory layout.
+    w2, V2 = matrices.symmetric_eigen(np.asfortranarray(A))
+    assert np.array_equal(w, w2) and np.array_equal(V, V2)

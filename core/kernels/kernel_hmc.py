@@ -203,6 +203,9 @@ class KMCState(ChainState):
     scout_moments: Welford
     scout_factor: FloatArray | None
     preconditioner: Preconditioner | None
+    # Added later: a document written before has none (then the window's estimate is
+    # made at its next refresh, core.tuning.preconditioning.refreshes).
+    scout_running: FloatArray | None = dataclasses.field(default=None, kw_only=True)
 
 
 S = TypeVar("S", bound=KMCState)

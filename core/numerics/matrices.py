@@ -268,45 +268,77 @@ def pairwise_distances(points: FloatArray) -> FloatArray:
     return out
 
 
+def _round_robin(n: int) -> tuple[tuple[npt.NDArray[np.intp], npt.NDArray[np.intp]], ...]:
+    """The rounds of a round-robin tournament of ``n`` (even) players: ``n - 1`` rounds of
+    ``n / 2`` disjoint pairs ``(p, q)``, ``p < q``, each pair met once."""
+    players = list(range(n))
+    rounds = []
+    for _ in range(n - 1):
+        pairs = sorted(
+            (min(players[i], players[n - 1 - i]), max(players[i], players[n - 1 - i]))
+            for i in range(n // 2)
+        )
+        rounds.append(
+            (np.array([p for p, _ in pairs], dtype=np.intp), np.array([q for _, q in pairs]))
+        )
+        players = [players[0], players[-1], *players[1:-1]]
+    return tuple(rounds)
+
+
 def symmetric_eigen(A: FloatArray, sweeps: int = 60) -> tuple[FloatArray, FloatArray]:
     """Eigenvalues ``w`` and orthonormal eigenvectors ``V`` (columns) of the symmetric
     ``A``: ``A = V diag(w) V^T``, the same bits on every CPU (LAPACK's ``syevd`` is not).
 
-    Cyclic Jacobi rotations (Golub and Van Loan, section 8.5), each zeroing one
-    off-diagonal pair with elementwise numpy operations only, until every off-diagonal
-    element is below ``1e-15`` times the geometric mean of its two diagonal elements
-    (Demmel and Veselic 1992), or after ``sweeps`` sweeps. For the small matrices of
-    the samplers' adaptation, at the ends of warm-up windows, not for a hot path.
+    Parallel cyclic Jacobi (Golub and Van Loan, section 8.5.4): each sweep is the ``n - 1``
+    rounds of a round-robin tournament of the indices (a dummy added when ``n`` is odd),
+    and each round rotates its ``n / 2`` disjoint pairs at once, zeroing their
+    off-diagonal elements, with elementwise numpy operations only (exact in IEEE
+    arithmetic, so independent of the CPU and of the memory layout). A pair whose
+    off-diagonal element is below ``1e-15`` times the geometric mean of its two diagonal
+    elements is left alone (Demmel and Veselic 1992: relative accuracy for each
+    eigenvalue of a definite matrix); the sweeps stop when a whole sweep rotated nothing,
+    or after ``sweeps``. For the small matrices of the samplers' adaptation (``n`` up to
+    a few tens), not for a hot path.
     """
-    A = np.array(A, dtype=np.float64)
-    n = A.shape[0]
-    V = np.eye(n)
+    n = len(A)
+    m = n + n % 2
+    B = np.zeros((m, m))
+    B[:n, :n] = np.asarray(A, dtype=np.float64)
+    V = np.eye(m)
+    rounds = _round_robin(m)
     for _ in range(sweeps):
         rotated = False
-        for p in range(n - 1):
-            for q in range(p + 1, n):
-                apq = float(A[p, q])
-                app, aqq = float(A[p, p]), float(A[q, q])
-                if apq == 0.0 or abs(apq) <= 1e-15 * math.sqrt(abs(app * aqq)):
-                    continue
-                rotated = True
-                theta = (aqq - app) / (2.0 * apq)
-                if abs(theta) > 1e150:
-                    t = 0.5 / theta
-                else:
-                    t = math.copysign(1.0, theta) / (abs(theta) + math.sqrt(theta * theta + 1.0))
-                c = 1.0 / math.sqrt(t * t + 1.0)
-                s = t * c
-                column_p, column_q = A[:, p].copy(), A[:, q].copy()
-                A[:, p] = c * column_p - s * column_q
-                A[:, q] = s * column_p + c * column_q
-                row_p, row_q = A[p, :].copy(), A[q, :].copy()
-                A[p, :] = c * row_p - s * row_q
-                A[q, :] = s * row_p + c * row_q
-                A[p, q] = A[q, p] = 0.0
-                column_p, column_q = V[:, p].copy(), V[:, q].copy()
-                V[:, p] = c * column_p - s * column_q
-                V[:, q] = s * column_p + c * column_q
+        for p, q in rounds:
+            apq = B[p, q]
+            app = B[p, p]
+            aqq = B[q, q]
+            skip = ~(np.abs(apq) > 1e-15 * np.sqrt(np.abs(app * aqq)))
+            if skip.all():
+                continue
+            rotated = True
+            safe = np.where(skip, 1.0, apq)
+            theta = (aqq - app) / (2.0 * safe)
+            big = np.abs(theta) > 1e150
+            root = np.sqrt(np.where(big, 1.0, theta * theta) + 1.0)
+            t = np.where(
+                big,
+                0.5 / np.where(big, theta, 1.0),
+                np.copysign(1.0, theta) / (np.abs(theta) + root),
+            )
+            t = np.where(skip, 0.0, t)
+            c = 1.0 / np.sqrt(t * t + 1.0)
+            s = t * c
+            column_p, column_q = B[:, p], B[:, q]
+            B[:, p] = c * column_p - s * column_q
+            B[:, q] = s * column_p + c * column_q
+            row_p, row_q = B[p, :], B[q, :]
+            B[p, :] = c[:, None] * row_p - s[:, None] * row_q
+            B[q, :] = s[:, None] * row_p + c[:, None] * row_q
+            B[p, q] = np.where(skip, B[p, q], 0.0)
+            B[q, p] = B[p, q]
+            column_p, column_q = V[:, p], V[:, q]
+            V[:, p] = c * column_p - s * column_q
+            V[:, q] = s * column_p + c * column_q
         if not rotated:
             break
-    return np.diagonal(A).copy(), V
+    return np.diagonal(B)[:n].copy(), V[:n, :n].copy()

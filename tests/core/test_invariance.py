@@ -83,14 +83,14 @@ DEFAULT_RUN = (4, 500, 1000)
 # kmc-lite on the 2-d banana needs the longer warm-up: at 1 000 a chain that has not
 # learnt an arm's tip misses it, and the pooled ESS of the squares falls under 25 on some
 # seeds, with the map learnt in windows of 10 states' prior weight (seed 12: 15) as with
-# the window weights of core.tuning.preconditioning.window_weight (seeds 11 and 14: 20
+# the window weights of core.tuning.shrinkage.window_weight (seeds 11 and 14: 20
 # and 19). At 2 000 the ESS is 120 to 530 on seeds 11, 12 and 13, and seed 14 still has
 # such a chain (15 to 48): a weakness of kmc-lite on bent targets at short warm-ups,
 # BENCHMARKS.md section 4.
 # kmc-finite on the 2-d banana, with enough chains and warm-up for the check to mean
 # something, is wrong on one seed of six: 16 chains x (2 000 + 1 000) give the mean of x2
 # 5 standard errors off. With the map's linear shrinkage (a39f4b6) that seed was 11; with
-# today's (core.tuning.preconditioning.shrunk_factor), whose scouting draws differ, it is
+# today's (core.tuning.shrinkage.shrunk_factor), whose scouting draws differ, it is
 # 13 (the mean of x2 at -0.99 against a tolerance of 0.97), and 11, 12, 14, 15, 16 pass.
 # sample() warns on that run (R-hat 1.06, bulk ESS 168 of 16 000). At 4 x (1 000 +
 # 1 000) the seed passed, by luck: the pooled ESS falls under the floor on two of seeds

@@ -3,7 +3,7 @@
 A 9-d Gaussian with sds 0.6..1.5 centred at 2.5 in every coordinate, chains from the
 origin (1.7 to 4 sds out), a warm-up of 1 000: the Glass GP classification's situation
 (section 13) without its noise. Before each window's covariance was weighed by its
-independent draws (:func:`core.tuning.preconditioning.window_weight`), the windows of scouting
+independent draws (:func:`core.tuning.shrinkage.window_weight`), the windows of scouting
 collapsed the map (its covariance's eigenvalues 0.004 to 0.012 of the target's at the end
 of scouting, 0.003 after warm-up), and kernel HMC then accepted 5 % and reported R-hat
 1.2 with 14 effective draws.
@@ -17,7 +17,8 @@ import pytest
 from kameleon.core import SAMPLERS
 from kameleon.core.diagnostics.summary import ess_bulk, per_parameter, rhat
 from kameleon.core.running.inprocess import sample
-from kameleon.core.tuning.preconditioning import scouting_iterations, window_weight
+from kameleon.core.tuning.preconditioning import scouting_iterations
+from kameleon.core.tuning.shrinkage import window_weight
 
 DIM = 9
 SDS = np.linspace(0.6, 1.5, DIM)

@@ -11,7 +11,7 @@ scouting tens of times too wide along the narrow directions, and every kernel sa
 was wrong at a warm-up of 5 000 (R-hat 1.6 to 2.7). The variances are now shrunk in
 logarithms where noise cannot explain a narrower window, along its principal directions
 in the previous estimate's whitened coordinates
-(:func:`core.tuning.preconditioning.shrink_ratios`).
+(:func:`core.tuning.shrinkage.shrink_ratios`).
 """
 
 from __future__ import annotations
@@ -21,12 +21,8 @@ import pytest
 
 from kameleon.core import SAMPLERS
 from kameleon.core.running.initial import initial_point
-from kameleon.core.tuning.preconditioning import (
-    noise_edges,
-    scouting_iterations,
-    shrink_ratios,
-    shrunk_factor,
-)
+from kameleon.core.tuning.preconditioning import scouting_iterations
+from kameleon.core.tuning.shrinkage import noise_edges, shrink_ratios, shrunk_factor
 from kameleon.core.validation import cases as validation_cases
 from kameleon.core.validation.cases import cases
 

@@ -46,9 +46,10 @@ def table(rows: list[dict[str, object]]) -> str:
                     ("warns" if r["says_so"] else "**silent**") + f", R-hat {r['max_rhat']:.2f}"
                 )
                 continue
-            verdict = (
-                "right" if r["right"] else ("wrong, warns" if r["says_so"] else "**wrong, silent**")
-            )
+            if r["right"]:
+                verdict = "right, warns" if r["says_so"] else "right"
+            else:
+                verdict = "wrong, warns" if r["says_so"] else "**wrong, silent**"
             parts = [verdict]
             if r["sd_ratio"] is not None:
                 parts.append(f"sd {r['sd_ratio'][0]:.2f}-{r['sd_ratio'][1]:.2f}")

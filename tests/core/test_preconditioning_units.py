@@ -16,6 +16,8 @@ in the previous estimate's whitened coordinates
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -163,3 +165,38 @@ def test_scouting_learns_a_rotated_target_with_scales_six_orders_of_magnitude_ap
     # then warned with R-hat 1.3 to 3 at 4 x (5 000 + 5 000) (BENCHMARKS.md section 4).
     assert eigenvalues.min() > 0.1, eigenvalues
     assert eigenvalues.max() < 10, eigenvalues
+
+
+def test_the_scouting_estimate_is_refreshed_on_its_schedule_and_kept_in_between() -> None:
+    from kameleon.core.interface.documents import decode, encode
+    from kameleon.core.tuning.preconditioning import refreshes
+    from kameleon.core.tuning.windows import min_window
+
+    for dim in (2, 6, 40):
+        first, every = min_window(dim), max(10, dim)
+        counts = [c for c in range(1, first + 4 * every + 1) if refreshes(c, dim)]
+        assert counts == [first + k * every for k in range(5)]
+    sampler = SAMPLERS["kmc-lite"]
+    params = sampler.make_params(CASE.dim, {}, warmup=WARMUP)
+    state = sampler.init(np.zeros(CASE.dim), params, seed=1, chain=0)
+    seen: list[tuple[int, bytes | None]] = []
+    while state.iteration < 200:
+        proposal = sampler.ask(state, params)
+        state, _ = sampler.tell(state, params, proposal, CASE.logdensity(proposal.position))
+        running = state.scout_running
+        seen.append((state.scout_moments.count, None if running is None else running.tobytes()))
+    # The running estimate changes only at a refresh, and a window's end clears it.
+    for (count, before), (next_count, after) in itertools.pairwise(seen):
+        if after != before:
+            assert refreshes(next_count, CASE.dim) or after is None, (count, next_count)
+    assert any(after is not None for _, after in seen)
+    # A state written before the field existed decodes (the field's default, None), and
+    # goes on: its proposals use the previous window's estimate until the next refresh.
+    hot, cold = encode(state)
+    assert "scout_running" in cold
+    cold = {k: v for k, v in cold.items() if k != "scout_running"}
+    old = decode(hot, cold)
+    assert old.scout_running is None
+    proposal = sampler.ask(old, params)
+    old, _ = sampler.tell(old, params, proposal, CASE.logdensity(proposal.position))
+    assert old.iteration == state.iteration + 1

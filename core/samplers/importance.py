@@ -44,7 +44,7 @@ from kameleon.core.interface.chain import (
 from kameleon.core.interface.codec import register
 from kameleon.core.interface.metropolis import check_tell
 from kameleon.core.interface.sampler import OptionError, Sampler, params_parser
-from kameleon.core.numerics.arithmetic import exp1
+from kameleon.core.numerics.arithmetic import exp, exp1, log, log1
 from kameleon.core.numerics.linalg import jittered_cholesky
 from kameleon.core.numerics.matrices import dot, matvec
 from kameleon.core.numerics.rng import Stream, generator
@@ -290,7 +290,8 @@ def mixture_log_weights(
     top = per_chain.max(axis=0)
     shift = np.where(np.isfinite(top), top, 0.0)
     with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
-        log_mix = shift + np.log(np.mean(np.exp(per_chain - shift), axis=0))
+        mean = np.add.reduce(exp(per_chain - shift), axis=0) / per_chain.shape[0]
+        log_mix = shift + log(mean)
         log_mix = np.maximum(np.nan_to_num(log_mix, nan=-math.inf), _LOG_FLOOR)
         out = np.where(lp == -math.inf, -math.inf, lp - log_mix)
     return np.asarray(out, dtype=np.float64)
@@ -320,8 +321,8 @@ def modes(states: Sequence[State]) -> list[list[int]]:
                 continue
             near = False
             for a, b in ((states[i], states[j]), (states[j], states[i])):
-                u = np.linalg.solve(np.asarray(a.chol), np.asarray(b.mean) - np.asarray(a.mean))
-                near |= float(np.sqrt(np.sum(u * u))) < 3.0
+                u = _whiten_rows(a.chol, (np.asarray(b.mean) - np.asarray(a.mean))[None, :])
+                near |= float(np.sqrt(np.add.reduce(u[0] * u[0]))) < 3.0
             if near:
                 parent[root(j)] = root(i)
     groups: dict[int, list[int]] = {}
@@ -330,29 +331,54 @@ def modes(states: Sequence[State]) -> list[list[int]]:
     return sorted(groups.values())
 
 
+def _whiten_rows(chol: FloatArray, rows: FloatArray) -> FloatArray:
+    """``L^-1 r`` for each row ``r`` of ``rows`` (``(n, d)``), ``L`` lower triangular:
+    forward substitution over the columns, all rows at once, with the products added in
+    a fixed order (:mod:`core.numerics.matrices`), so the same bits on every CPU (LAPACK's
+    ``solve`` is not)."""
+    L = np.asarray(chol, dtype=np.float64)
+    r = np.asarray(rows, dtype=np.float64)
+    u = np.zeros_like(r)
+    for i in range(L.shape[0]):
+        total = r[:, i] - matvec(u[:, :i], L[i, :i]) if i else r[:, i]
+        u[:, i] = total / L[i, i]
+    return u
+
+
 def _log_proposals(state: State, params: Params, x: FloatArray) -> FloatArray:
-    """``log q(x)`` of one chain's proposal at each row of ``x`` (vectorised)."""
+    """``log q(x)`` of one chain's proposal at each row of ``x`` (vectorised), with the
+    same bits on every CPU (:mod:`core.numerics.arithmetic`): the log weights a replay
+    gives are the first run's."""
     d = params.dim
     with np.errstate(over="ignore", invalid="ignore"):  # far tails: density 0
-        u = np.linalg.solve(np.asarray(state.chol), (x - state.mean).T).T
-        delta2 = np.sum(u * u, axis=1)
-    log_det = float(np.sum(np.log(np.diagonal(state.chol))))
+        u = _whiten_rows(state.chol, x - state.mean)
+        delta2 = np.add.reduce(u * u, axis=1)
+    log_det = float(np.add.reduce(log(np.diagonal(state.chol))))
     if params.proposal == "gaussian":
-        return np.asarray(-0.5 * delta2 - log_det - 0.5 * d * math.log(2 * math.pi))
+        return np.asarray(-0.5 * delta2 - log_det - 0.5 * d * log1(2 * math.pi))
     nu = params.dof
+    with np.errstate(over="ignore", invalid="ignore"):
+        tail = log(1.0 + delta2 / nu)  # log1p: an absolute error of 1e-16 is immaterial here
     return np.asarray(
         _log_gamma_half(nu + d)
         - _log_gamma_half(nu)
-        - 0.5 * d * math.log(nu * math.pi)
+        - 0.5 * d * log1(nu * math.pi)
         - log_det
-        - 0.5 * (nu + d) * np.log1p(delta2 / nu)
+        - 0.5 * (nu + d) * tail
     )
 
 
 @functools.lru_cache(maxsize=256)
 def _log_gamma_half(k: int) -> float:
-    """``log Gamma(k / 2)`` for a positive integer ``k``."""
-    return math.lgamma(k / 2)
+    """``log Gamma(k / 2)`` for a positive integer ``k``, from ``Gamma(1) = 1``,
+    ``Gamma(1 / 2) = sqrt(pi)`` and ``Gamma(z + 1) = z Gamma(z)``, with the portable
+    ``log`` (``math.lgamma`` is the C library's, which may differ by CPU)."""
+    z = 1.0 if k % 2 == 0 else 0.5
+    total = 0.0 if k % 2 == 0 else 0.5 * log1(math.pi)
+    while z < k / 2:
+        total += log1(z)
+        z += 1.0
+    return total
 
 
 def chain_floats(dim: int, params: Params) -> int:

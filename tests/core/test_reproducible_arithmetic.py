@@ -1,4 +1,5 @@
-"""A chain's draws do not depend on the machine: the same bits under every BLAS kernel,
+"""A chain's draws (and what each records with it: importance's log weight) do not
+depend on the machine: the same bits under every BLAS kernel,
 BLAS thread count, numpy CPU-feature set and glibc math build this CPU can run.
 
 Each setting is a subprocess (they are fixed when a process starts) that runs every
@@ -87,6 +88,8 @@ for name, opts in options.items():
             )
             digest.update(state.position.tobytes())
             digest.update(proposal.position.tobytes())
+            # What a draw records besides its position: importance's log weight.
+            digest.update(np.float64(getattr(state, "log_weight", 0.0)).tobytes())
         kernel = kernel and getattr(state, "bandwidth", 1.0) is not None
     out[name] = [digest.hexdigest(), kernel]
 print(json.dumps(out))

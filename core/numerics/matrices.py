@@ -3,8 +3,8 @@
 elementwise products by ``np.add.reduce`` along one axis; :func:`matmul` does the same
 for small matrices and, for large ones, splits both factors into slices whose products
 BLAS computes exactly, added in a fixed order; :func:`cholesky`, :func:`solve_lower`,
-:func:`solve_upper` are a blocked left-looking Cholesky factorisation and substitutions
-made of those products; :func:`squared_distances` and :func:`pairwise_distances` replace
+:func:`solve_upper` (and :func:`solve_lower_rows`, for many right-hand sides) are a
+blocked left-looking Cholesky factorisation and substitutions made of those products; :func:`squared_distances` and :func:`pairwise_distances` replace
 scipy's ``cdist`` and ``pdist``.
 """
 
@@ -24,6 +24,7 @@ __all__ = [
     "matvec",
     "pairwise_distances",
     "solve_lower",
+    "solve_lower_rows",
     "solve_upper",
     "squared_distances",
     "symmetric_eigen",
@@ -219,6 +220,19 @@ def solve_lower(L: FloatArray, b: FloatArray) -> FloatArray:
     for i in range(n):
         x[i] = (float(b[i]) - dot(L[i, :i], x[:i])) / float(L[i, i])
     return x
+
+
+def solve_lower_rows(L: FloatArray, rows: FloatArray) -> FloatArray:
+    """``L^-1 r`` for each row ``r`` of ``rows`` (shape ``(n, d)``), ``L`` lower triangular
+    with a non-zero diagonal: forward substitution over the columns, all rows at once,
+    each column's products added by :func:`matvec`."""
+    L = np.asarray(L, dtype=np.float64)
+    r = np.asarray(rows, dtype=np.float64)
+    u = np.zeros_like(r)
+    for i in range(L.shape[0]):
+        total = r[:, i] - matvec(u[:, :i], L[i, :i]) if i else r[:, i]
+        u[:, i] = total / L[i, i]
+    return u
 
 
 def solve_upper(U: FloatArray, b: FloatArray) -> FloatArray:

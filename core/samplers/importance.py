@@ -46,7 +46,7 @@ from kameleon.core.interface.metropolis import check_tell
 from kameleon.core.interface.sampler import OptionError, Sampler, params_parser
 from kameleon.core.numerics.arithmetic import exp, exp1, log, log1
 from kameleon.core.numerics.linalg import jittered_cholesky
-from kameleon.core.numerics.matrices import dot, matvec
+from kameleon.core.numerics.matrices import dot, matvec, solve_lower_rows
 from kameleon.core.numerics.rng import Stream, generator
 from kameleon.core.samplers import am
 from kameleon.core.tuning.adaptation import usable_covariance
@@ -321,7 +321,7 @@ def modes(states: Sequence[State]) -> list[list[int]]:
                 continue
             near = False
             for a, b in ((states[i], states[j]), (states[j], states[i])):
-                u = _whiten_rows(a.chol, (np.asarray(b.mean) - np.asarray(a.mean))[None, :])
+                u = solve_lower_rows(a.chol, (np.asarray(b.mean) - np.asarray(a.mean))[None, :])
                 near |= float(np.sqrt(np.add.reduce(u[0] * u[0]))) < 3.0
             if near:
                 parent[root(j)] = root(i)
@@ -331,27 +331,13 @@ def modes(states: Sequence[State]) -> list[list[int]]:
     return sorted(groups.values())
 
 
-def _whiten_rows(chol: FloatArray, rows: FloatArray) -> FloatArray:
-    """``L^-1 r`` for each row ``r`` of ``rows`` (``(n, d)``), ``L`` lower triangular:
-    forward substitution over the columns, all rows at once, with the products added in
-    a fixed order (:mod:`core.numerics.matrices`), so the same bits on every CPU (LAPACK's
-    ``solve`` is not)."""
-    L = np.asarray(chol, dtype=np.float64)
-    r = np.asarray(rows, dtype=np.float64)
-    u = np.zeros_like(r)
-    for i in range(L.shape[0]):
-        total = r[:, i] - matvec(u[:, :i], L[i, :i]) if i else r[:, i]
-        u[:, i] = total / L[i, i]
-    return u
-
-
 def _log_proposals(state: State, params: Params, x: FloatArray) -> FloatArray:
     """``log q(x)`` of one chain's proposal at each row of ``x`` (vectorised), with the
     same bits on every CPU (:mod:`core.numerics.arithmetic`): the log weights a replay
     gives are the first run's."""
     d = params.dim
     with np.errstate(over="ignore", invalid="ignore"):  # far tails: density 0
-        u = _whiten_rows(state.chol, x - state.mean)
+        u = solve_lower_rows(state.chol, x - state.mean)
         delta2 = np.add.reduce(u * u, axis=1)
     log_det = float(np.add.reduce(log(np.diagonal(state.chol))))
     if params.proposal == "gaussian":

@@ -241,3 +241,17 @@ def test_the_symmetric_eigensolver_is_accurate_and_independent_of_the_layout(dim
     # Elementwise operations only: the same bits for a copy in another memory layout.
     w2, V2 = matrices.symmetric_eigen(np.asfortranarray(A))
     assert np.array_equal(w, w2) and np.array_equal(V, V2)
+
+
+def test_the_row_wise_forward_substitution_is_accurate_and_independent_of_the_layout() -> None:
+    from kameleon.core.numerics import matrices
+
+    rng = np.random.default_rng(5)
+    L = np.tril(rng.standard_normal((7, 7))) + 4 * np.eye(7)
+    rows = rng.standard_normal((30, 7)) * np.logspace(-3, 3, 7)
+    u = matrices.solve_lower_rows(L, rows)
+    assert np.allclose(u, np.linalg.solve(L, rows.T).T, rtol=1e-12, atol=0)
+    # Each row as the vector substitution gives it, up to the order of its additions.
+    assert np.allclose(u[3], matrices.solve_lower(L, rows[3]), rtol=1e-13, atol=0)
+    again = matrices.solve_lower_rows(np.asfortranarray(L), np.asfortranarray(rows))
+    assert np.array_equal(u, again)

@@ -4,8 +4,9 @@ elementwise products by ``np.add.reduce`` along one axis; :func:`matmul` does th
 for small matrices and, for large ones, splits both factors into slices whose products
 BLAS computes exactly, added in a fixed order; :func:`cholesky`, :func:`solve_lower`,
 :func:`solve_upper` (and :func:`solve_lower_rows`, for many right-hand sides) are a
-blocked left-looking Cholesky factorisation and substitutions made of those products; :func:`squared_distances` and :func:`pairwise_distances` replace
-scipy's ``cdist`` and ``pdist``.
+blocked left-looking Cholesky factorisation and substitutions made of those products;
+:func:`squared_distances` and :func:`pairwise_distances` replace scipy's ``cdist`` and
+``pdist``; :func:`symmetric_eigen` is a Jacobi eigensolver.
 """
 
 from __future__ import annotations

@@ -24,14 +24,16 @@ warm-up:
    window's mean) and the lower Cholesky factor ``L`` of its regularised covariance,
    ``Sigma = L L^T`` (``"dense"``, the default; ``"diagonal"`` keeps its diagonal only).
    Each window's covariance is shrunk toward the previous window's estimate, which
-   weighs as ``d / 2`` independent draws against the window's (:func:`core.tuning.shrinkage.window_weight`),
-   so that a window of a few hundred correlated random-walk states, or one that moved
-   along a few directions only, cannot collapse the estimate in the others. The
-   shrinkage is along the window's principal directions in the previous estimate's
-   whitened coordinates (:func:`core.tuning.shrinkage.shrunk_factor`), so it does not depend on the
+   weighs as ``d / 2`` independent draws against the window's
+   (:func:`core.tuning.shrinkage.window_weight`), so that a window of a few hundred
+   correlated random-walk states, or one that moved along a few directions only, cannot
+   collapse the estimate in the others. The shrinkage is along the window's principal
+   directions in the previous estimate's whitened coordinates
+   (:func:`core.tuning.shrinkage.shrunk_factor`), so it does not depend on the
    coordinates: linear, except in scouting along a direction narrower than sampling
-   noise explains, which is followed in logarithms (:func:`core.tuning.shrinkage.shrink_ratios`), so that a
-   first guess in the wrong units, or a far start's drift, is forgotten geometrically.
+   noise explains, which is followed in logarithms
+   (:func:`core.tuning.shrinkage.shrink_ratios`), so that a first guess in the wrong
+   units, or a far start's drift, is forgotten geometrically.
 3. **The kernel method** runs from iteration ``w + 1`` on in whitened coordinates
    ``u = W(x) = L^-1 (x - m)``: its history, bandwidth (median heuristic), random-walk
    scales, kernel-HMC step sizes and nugget ``gamma`` are all those of ``u``, where the
@@ -251,10 +253,10 @@ def refreshes(count: int, dim: int) -> bool:
     that after (every ``max(10, d)`` states).
 
     Adaptive Metropolis re-estimates its covariance at every step (Haario et al. 2001);
-    the shrinkage rule here may need an eigendecomposition (:func:`core.tuning.shrinkage.shrunk_factor`), some
-    milliseconds in tens of dimensions, so the estimate is kept in the state and
-    refreshed on this schedule, which the proposals see as a step function of the
-    window's growth.
+    the shrinkage rule here may need an eigendecomposition
+    (:func:`core.tuning.shrinkage.shrunk_factor`), some milliseconds in tens of
+    dimensions, so the estimate is kept in the state and refreshed on this schedule,
+    which the proposals see as a step function of the window's growth.
     """
     first = min_window(dim)
     return count >= first and (count - first) % max(1, int(first * REFRESH)) == 0

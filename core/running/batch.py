@@ -112,9 +112,11 @@ def tell_many(
             for s, p, v in zip(states, proposals, logdensities, strict=True)
         ]
     values = [float(v) for v in logdensities]
-    for state, proposal, value in zip(states, proposals, values, strict=True):
+    moving = []
+    for i, (state, proposal, value) in enumerate(zip(states, proposals, values, strict=True)):
         check_tell(state, proposal, value)
-    moving = [i for i, p in enumerate(proposals) if p.kind == "proposal"]
+        if proposal.kind == "proposal":
+            moving.append(i)
     if accept is None:
         draws = accept_uniforms(states, proposals, moving)
     elif len(accept) != len(moving):

@@ -298,33 +298,32 @@ class Chains:
     def proposal(self, meta: SessionMeta, chain: ChainView) -> Proposal:
         """The chain's outstanding proposal (computed once per version)."""
         proposal = self.outstanding(meta, chain)
-        if proposal is None:
-            proposal = guarded(chain.chain, lambda: meta.sampler.ask(chain.state, meta.params))
-            self._proposals.put((meta.id, chain.chain), (chain.version, proposal))
+        return proposal if proposal is not None else self._asked(meta, chain)
+
+    def _asked(self, meta: SessionMeta, chain: ChainView) -> Proposal:
+        """The chain's outstanding proposal, asked of its sampler and kept."""
+        proposal = guarded(chain.chain, lambda: meta.sampler.ask(chain.state, meta.params))
+        self._proposals.put((meta.id, chain.chain), (chain.version, proposal))
         return proposal
 
     def proposals(self, meta: SessionMeta, chains: Sequence[ChainView]) -> list[Proposal]:
         """:meth:`proposal` of each of ``chains``: those not computed yet are asked in
         one batched ask (:func:`core.running.batch.ask_many`, the same proposals); when that
         fails, chain by chain, so that the failure names its chain."""
-        known = [self.outstanding(meta, ch) for ch in chains]
-        asking = [ch for ch, p in zip(chains, known, strict=True) if p is None]
-        if len(asking) < 2:
-            return [
-                p if p is not None else self.proposal(meta, ch)
-                for ch, p in zip(chains, known, strict=True)
-            ]
-        try:
-            asked = iter(ask_many(meta.sampler, [ch.state for ch in asking], meta.params))
-        except Exception:
-            return [self.proposal(meta, ch) for ch in chains]
-        out = []
-        for ch, p in zip(chains, known, strict=True):
-            if p is None:
-                p = next(asked)
+        out = [self.outstanding(meta, ch) for ch in chains]
+        asking = [i for i, p in enumerate(out) if p is None]
+        if len(asking) == 1:
+            out[asking[0]] = self._asked(meta, chains[asking[0]])
+        elif asking:
+            try:
+                asked = ask_many(meta.sampler, [chains[i].state for i in asking], meta.params)
+            except Exception:
+                asked = [self._asked(meta, chains[i]) for i in asking]
+            for i, p in zip(asking, asked, strict=True):
+                ch = chains[i]
                 self._proposals.put((meta.id, ch.chain), (ch.version, p))
-            out.append(p)
-        return out
+                out[i] = p
+        return out  # type: ignore[return-value]
 
 
 def _checked(meta: SessionMeta, chain: ChainView) -> ChainView:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -29,7 +30,20 @@ Decoded = Callable[[SessionMeta, ChainRecord], Awaitable[tuple[SessionMeta, Chai
 
 @functools.lru_cache(maxsize=64)
 def iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, tz=UTC).isoformat().replace("+00:00", "Z")
+    """``ts`` (seconds since the epoch) as ISO 8601 in UTC, to the microsecond: what
+    ``datetime.fromtimestamp(ts, UTC).isoformat()`` writes, with ``Z`` for ``+00:00``
+    (the microseconds rounded half to even from the same product, and left out when
+    they are 0). The whole seconds are formatted once each."""
+    whole = math.floor(ts)
+    micro = round((ts - whole) * 1e6)
+    if micro >= 1_000_000:
+        whole, micro = whole + 1, micro - 1_000_000
+    return f"{_seconds(whole)}.{micro:06d}Z" if micro else f"{_seconds(whole)}Z"
+
+
+@functools.lru_cache(maxsize=16)
+def _seconds(whole: int) -> str:
+    return datetime.fromtimestamp(whole, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S")
 
 
 def handed_out(ch: ChainView, proposal: Proposal, lease_until: float) -> dict[str, Any]:

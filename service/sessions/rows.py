@@ -47,6 +47,8 @@ class RowLayout:
     ) -> bytes:
         header = struct.pack("<3d", told_value, log_density, 1.0 if accepted else 0.0)
         body = np.ascontiguousarray(position, dtype="<f8").tobytes()
+        if not stats:
+            return header + body
         return header + body + struct.pack(f"<{len(stats)}d", *stats)
 
     @staticmethod

@@ -162,11 +162,12 @@ class Stepper:
             applied = "the results told in this request were applied (a retry says duplicate)"
             raise await self._stop(meta, exc, applied if results else "") from None
         stopped = result.stopped_by is not None
+        written = _written(plans)
         if meta.max_iterations is None and not stopped:
-            top = max((p.after.state.iteration for p in _written(plans)), default=0)
+            top = max((p.after.state.iteration for p in written), default=0)
             if not await self._paid_for(meta, top):
                 stopped, proposals = True, []
-        multiple = max((crossed(meta, p.after.state.iteration) for p in _written(plans)), default=0)
+        multiple = max((crossed(meta, p.after.state.iteration) for p in written), default=0)
         if multiple and not stopped and await self.diagnostics.check_rule(meta, multiple):
             # Met: the proposals leased by this very call are not handed out; nobody
             # leases them again.

@@ -13,7 +13,14 @@ from __future__ import annotations
 
 from importlib import import_module
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+# A source checkout keeps core/ and service/ beside this folder, where pyproject.toml's
+# package-dir takes them into the wheel as kameleon.core and kameleon.service: they are
+# found there too, so that a checkout on the path (PYTHONPATH=<checkout>) imports its own.
+if not (Path(__file__).parent / "core").is_dir():
+    __path__.append(str(Path(__file__).parent.parent))
 
 try:
     __version__ = version("kameleon")
